@@ -1,0 +1,1 @@
+"""aegis-stream: ccl_hooks."""

@@ -1,0 +1,100 @@
+"""What every detector looks like, and how a finding becomes a Diagnosis.
+
+A detector is a small class over one job's records in event time:
+
+- ``observe(record)`` takes one decoded record of its topic and returns the Diagnoses it
+  completes, plus rejections (bad values, late samples) as :class:`Rejection` outputs;
+- ``advance(now)`` moves its event-time watermark to ``now`` (the newest event time seen on
+  the job's inputs) and returns the Diagnoses that time alone completes (stalls, windows);
+- ``snapshot()`` returns plain msgpack/JSON-able state; ``restore(state, config)`` rebuilds it.
+
+Time is always the records' event time (epoch seconds); nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from schemas.records import Culprits, Diagnosis, diagnosis_id
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """An input a detector refused, with the reason. Counted and surfaced, never silent."""
+
+    detector: str
+    job: str
+    host: str
+    reason: str  # short code: not_finite, negative_counter, late, unknown_metric, ...
+    detail: str = ""
+    ts: float = 0.0
+
+
+@dataclass(slots=True)
+class Outputs:
+    """What one call into a detector produced."""
+
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+
+    def extend(self, other: Outputs) -> Outputs:
+        self.diagnoses.extend(other.diagnoses)
+        self.rejections.extend(other.rejections)
+        return self
+
+
+class Detector(Protocol):
+    name: str
+
+    def observe(self, record: Any) -> Outputs: ...
+
+    def advance(self, now: float) -> Outputs: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+def make_diagnosis(
+    *,
+    job: str,
+    kind: str,
+    detector: str,
+    rule: str,
+    event_ts: float,
+    detected_ts: float,
+    hosts: Iterable[str] = (),
+    gpus: Iterable[str] = (),
+    links: Iterable[str] = (),
+    evidence: Mapping[str, Any] | None = None,
+    confidence: float = 0.9,
+    summary: str = "",
+) -> Diagnosis:
+    """Build a Diagnosis whose id is derived from job, kind, rule, culprits and ``event_ts``.
+
+    ``event_ts`` must be a property of the fault (the first evidence's event time), so a
+    replay or a restart re-derives the same id and sinks can drop the duplicate.
+    """
+    culprits = Culprits(tuple(sorted(set(hosts))), tuple(sorted(set(gpus))),
+                        tuple(sorted(set(links))))
+    ev = {"rule": rule, **(dict(evidence) if evidence else {})}
+    did = diagnosis_id(job, kind, culprits, rule, event_ts)
+    return Diagnosis(id=did, job=job, kind=kind, culprits=culprits, evidence=ev,
+                     confidence=round(float(confidence), 4), event_ts=float(event_ts),
+                     detected_ts=float(detected_ts), detector=detector, summary=summary)
+
+
+def gpu_id(host: str, gpu: int) -> str:
+    """Culprit name of a GPU: ``h017/gpu3``."""
+    return f"{host}/gpu{gpu}"
+
+
+def nic_id(host: str, nic: int | str) -> str:
+    """Culprit name of a NIC port: ``h017/nic3`` (index) or ``h017/mlx5_3`` (device name)."""
+    return f"{host}/nic{nic}" if isinstance(nic, int) else f"{host}/{nic}"
+
+
+def link_id(a: str, b: str) -> str:
+    """Culprit name of a link between two endpoints, order-independent: ``a<->b``."""
+    x, y = sorted((a, b))
+    return f"{x}<->{y}"

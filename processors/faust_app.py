@@ -1,0 +1,151 @@
+"""The Faust app: one thin agent per input topic, plus the guard agent on diagnoses.
+
+Each input agent only decodes, calls the shared :class:`~processors.pipeline.InputProcessor`
+and routes what comes out (practices §1); detector state lives in a changelog-backed
+Table and acks are held until the state covering them is written (processors.checkpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import faust
+
+from processors.checkpoints import AckHolder
+from processors.pipeline import INPUT_KINDS, InputProcessor
+from processors.settings import PipelineConfig, Settings
+from schemas.codec import decode, encode
+from schemas.errors import WireError
+from schemas.inventory import Inventory
+from schemas.records import DeadLetter, Diagnosis
+
+log = logging.getLogger("aegis.worker")
+
+
+def broker_urls(brokers: str) -> list[str]:
+    return [f"kafka://{b.strip()}" for b in brokers.split(",") if b.strip()]
+
+
+def build_app(settings: Settings, config: PipelineConfig | None = None,
+              inventory: Inventory | None = None, command_sink: Any = None,
+              metrics: Any = None) -> faust.App:
+    """Build the worker app. ``command_sink`` has add/flush (the Redis queue); ``metrics``
+    is a sinks.metrics.WorkerMetrics (or None)."""
+    config = config or PipelineConfig()
+    app = faust.App(
+        settings.app_id, broker=broker_urls(settings.brokers), store="memory://",
+        key_serializer="raw", value_serializer="raw", topic_partitions=settings.partitions,
+        topic_replication_factor=1, web_enabled=False, consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0, producer_acks=-1, table_standby_replicas=0,
+        stream_wait_empty=False,
+    )
+    names = {"logs": settings.topic_logs, "telemetry": settings.topic_telemetry,
+             "ccl": settings.topic_ccl}
+    topics = {k: app.topic(n, key_type=bytes, value_type=bytes, partitions=settings.partitions)
+              for k, n in names.items()}
+    diagnoses_t = app.topic(settings.topic_diagnoses, key_type=bytes, value_type=bytes,
+                            partitions=settings.partitions)
+    commands_t = app.topic(settings.topic_commands, key_type=bytes, value_type=bytes,
+                           partitions=settings.partitions)
+    deadletter_t = app.topic(settings.topic_deadletter, key_type=bytes, value_type=bytes)
+    state = app.Table("detector-state", default=None, partitions=settings.partitions,
+                      key_type=bytes, value_type=bytes)
+    guard_state = app.Table("guard-state", default=None, partitions=settings.partitions,
+                            key_type=bytes, value_type=bytes)
+
+    async def dead_letter(dl: DeadLetter) -> None:
+        await deadletter_t.send(key=dl.topic.encode(), value=encode(dl))
+        if metrics is not None:
+            metrics.dead_letter(dl.topic, dl.stage)
+        log.warning("dead letter from %s[%d]@%d: %s", dl.topic, dl.partition, dl.offset, dl.error)
+
+    def make_input_agent(kind: str) -> None:
+        def load(job: str) -> bytes | None:
+            value = state.get(f"{kind}:{job}".encode())
+            return bytes(value) if value is not None else None
+
+        async def run(stream: Any) -> None:
+            proc = InputProcessor(kind, config, inventory, load_state=load)
+            holder = AckHolder(settings.checkpoint_every_s)
+            ack_stream = stream.noack()
+            async for event in ack_stream.events():
+                started = time.perf_counter()
+                msg = event.message
+                res = proc.handle(event.value, topic=msg.topic, partition=msg.partition,
+                                  offset=msg.offset)
+                if metrics is not None:
+                    metrics.event_in(msg.topic)
+                if res.dead_letter is not None:
+                    await dead_letter(res.dead_letter)
+                    await ack_stream.ack(event)
+                    continue
+                for d in res.diagnoses:
+                    await diagnoses_t.send(key=d.job.encode(), value=encode(d))
+                    if metrics is not None:
+                        metrics.diagnosis(d.kind)
+                        metrics.event_out(settings.topic_diagnoses)
+                if metrics is not None and res.rejections:
+                    for rj in res.rejections:
+                        metrics.rejection(kind, rj.reason)
+                job = res.job or ""
+                wall = time.monotonic()
+                holder.hold(job, msg.partition, event, wall)
+                ts = proc._watermark.get(job, 0.0)
+                if holder.due(job, ts, force=bool(res.diagnoses)):
+                    state[f"{kind}:{job}".encode()] = proc.snapshot(job)
+                    holder.checkpointed(job, ts, lambda e: asyncio.ensure_future(ack_stream.ack(e)))
+                for quiet in holder.quiet_jobs(msg.partition, wall, job):
+                    state[f"{kind}:{quiet}".encode()] = proc.snapshot(quiet)
+                    holder.checkpointed(quiet, proc._watermark.get(quiet, 0.0),
+                                        lambda e: asyncio.ensure_future(ack_stream.ack(e)))
+                if metrics is not None:
+                    metrics.latency(kind, time.perf_counter() - started)
+
+        run.__name__ = f"{kind}_agent"
+        app.agent(topics[kind], name=f"aegis-{kind}")(run)
+
+    for kind in INPUT_KINDS:
+        make_input_agent(kind)
+
+    @app.agent(diagnoses_t, name="aegis-guard")
+    async def guard_agent(stream: Any) -> None:
+        from sinks.guard import Guard
+
+        guards: dict[str, Any] = {}
+        async for event in stream.events():
+            d = decode(Diagnosis, event.value)
+            msg = event.message
+            if isinstance(d, WireError):
+                await dead_letter(DeadLetter(msg.topic, msg.partition, msg.offset,
+                                             bytes(event.value), str(d)))
+                continue
+            g = guards.get(d.job)
+            if g is None:
+                saved = guard_state.get(d.job.encode())
+                cfg = config.section("guard")
+                g = Guard.restore(bytes(saved), cfg) if saved is not None else Guard(cfg)
+                if inventory is not None and d.job in inventory.jobs:
+                    g.set_job_size(d.job, len(inventory.jobs[d.job]))
+                guards[d.job] = g
+            result = g.decide(d)
+            for cmd in result.commands:
+                if command_sink is not None:
+                    command_sink.add(cmd)
+            if command_sink is not None and result.commands:
+                await asyncio.to_thread(command_sink.flush)
+            for cmd in result.commands:
+                await commands_t.send(key=cmd.job.encode(), value=encode(cmd))
+                if metrics is not None:
+                    metrics.command(cmd.action)
+            for extra in result.diagnoses:
+                await diagnoses_t.send(key=extra.job.encode(), value=encode(extra))
+            for refusal in result.refusals:
+                if metrics is not None:
+                    metrics.refusal(refusal.reason)
+                log.info("guard refused %s %s: %s", refusal.action, refusal.target, refusal.reason)
+            guard_state[d.job.encode()] = g.snapshot_bytes()
+
+    return app

@@ -1,0 +1,88 @@
+"""Static facts about hosts and jobs that detectors need to name culprits: each host's IP
+addresses, its GPUs' PCI bus ids, its NICs and their rails, and a job's rank → host/GPU map.
+
+The simulator writes one next to its output; in production the agent's ``--once`` output or
+the scheduler provides it (``aegis diagnose --inventory FILE``). Format: JSON, see
+docs/wire-format.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from schemas.errors import ValidationError
+
+_BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def normalise_bus_id(bus: str) -> str | None:
+    """``00000000:3B:00.0`` / ``3b:00.0`` / ``0000:3b:00.0`` → ``0000:3b:00.0``; None if not a bus id."""
+    m = _BUS_RE.match(bus.strip())
+    if not m:
+        return None
+    dom = (m.group(1) or "0000")[-4:]
+    return f"{dom}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+
+
+@dataclass(frozen=True, slots=True)
+class HostInventory:
+    host: str
+    ips: tuple[str, ...] = ()
+    gpu_bus_ids: tuple[str, ...] = ()  # index i = GPU i, normalised
+    nics: tuple[str, ...] = ()  # index i = NIC i (rail i), e.g. mlx5_0
+    tor: tuple[str, ...] = ()  # index i = ToR switch that NIC i connects to
+
+    def gpu_for_bus(self, bus: str) -> int | None:
+        n = normalise_bus_id(bus)
+        return self.gpu_bus_ids.index(n) if n in self.gpu_bus_ids else None
+
+
+@dataclass(slots=True)
+class Inventory:
+    hosts: dict[str, HostInventory] = field(default_factory=dict)
+    jobs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job -> hosts
+    ranks: dict[str, dict[int, tuple[str, int]]] = field(default_factory=dict)  # job -> rank -> (host, gpu)
+    _by_ip: dict[str, str] = field(default_factory=dict)
+
+    def add_host(self, h: HostInventory) -> None:
+        self.hosts[h.host] = h
+        for ip in h.ips:
+            self._by_ip[ip] = h.host
+
+    def host_for_ip(self, ip: str) -> str | None:
+        return self._by_ip.get(ip)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "hosts": [{"host": h.host, "ips": list(h.ips), "gpu_bus_ids": list(h.gpu_bus_ids),
+                       "nics": list(h.nics), "tor": list(h.tor)} for h in self.hosts.values()],
+            "jobs": {j: list(hs) for j, hs in self.jobs.items()},
+            "ranks": {j: {str(r): [h, g] for r, (h, g) in m.items()} for j, m in self.ranks.items()},
+        }
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> Inventory:
+        inv = cls()
+        for h in d.get("hosts", []):
+            if not isinstance(h, Mapping) or not isinstance(h.get("host"), str):
+                raise ValidationError("Inventory", "hosts", h, "host entry without a name")
+            buses = tuple(normalise_bus_id(b) or b for b in h.get("gpu_bus_ids", []))
+            inv.add_host(HostInventory(h["host"], tuple(h.get("ips", [])), buses,
+                                       tuple(h.get("nics", [])), tuple(h.get("tor", []))))
+        inv.jobs = {j: tuple(hs) for j, hs in d.get("jobs", {}).items()}
+        inv.ranks = {j: {int(r): (str(v[0]), int(v[1])) for r, v in m.items()}
+                     for j, m in d.get("ranks", {}).items()}
+        return inv
+
+    def dumps(self) -> bytes:
+        return orjson.dumps(self.to_wire())
+
+    @classmethod
+    def load(cls, path: str) -> Inventory:
+        with open(path, "rb") as fh:
+            return cls.from_wire(orjson.loads(fh.read()))
