@@ -1,0 +1,386 @@
+"""Aegis Phase 1 decision tree (Algorithm 1) over one job's log lines, in event time.
+
+Each line is classified (:mod:`processors.core.log_classifier`). A *trigger* (a host-side
+fatal event, a fatal distributed symptom, a fatal config error, a fatal CUDA app error) opens
+a burst; the burst is judged once the watermark passes ``first trigger + settle_s``, so the
+host that crashed first is not confused with the host that reported first. The path:
+
+    CriticalError  host-side fatal event (XID 48/79/94/95, NVLink, PCIe lanes, NIC firmware):
+                   isolate that host (or GPU) and restart the job; symptoms elsewhere are
+                   attributed to it (71% of distributed failures are not network failures).
+    AppError       the job's own CUDA error (OOM, illegal access): no isolation.
+    DistError      distributed symptoms between exactly 2 hosts: isolate both.
+    RootDiag       more hosts: the endpoint at the centre of the failed connections (most
+                   connections, or in all of the first ones) or the one host with host-side
+                   evidence, or the one silent host of the job.
+    ConfigCheck    the same config error on most hosts: ``config``, no isolation;
+                   ``rollback_update`` only when it looks like an update (version mismatch).
+    NetDiag        suspect links (failed connections, NIC events): ``run_netdiag``.
+    OfflineDiag    nothing else: ``run_offline_diag`` on the job.
+
+After a diagnosis, later symptoms are attached to the incident until ``quiet_s`` passes with
+none. Benign events (correctable ECC, XID 63/64/92) never cause isolation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+from processors.core.base import Outputs, Rejection, gpu_id, link_id, make_diagnosis, nic_id
+from processors.core.log_classifier import LogEvent, classify
+from processors.core.xid_policy import XidPolicy, default_policy
+from schemas.errors import ConfigError
+from schemas.inventory import Inventory
+from schemas.records import Diagnosis, LogRecord
+
+DETECTOR = "decision_tree"
+STATE_VERSION = 1
+UPDATE_RULES = frozenset(("nccl_version_mismatch",))  # config errors an update typically causes
+_HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link"))
+
+
+@dataclass
+class DecisionTreeConfig:
+    settle_s: float = 5.0  # judge a burst this long (event time) after its first trigger
+    quiet_s: float = 60.0  # an incident ends after this long without a new symptom
+    lookback_s: float = 30.0  # degraded host events this old still join a new burst
+    max_lateness_s: float = 300.0  # older records are rejected as late
+    max_burst_events: int = 5000
+    evidence_lines: int = 5
+    root_min_share: float = 0.5  # RootDiag: the centre touches at least this share of edges
+    config_majority: float = 0.5  # ConfigCheck: share of the job's hosts for "systemic"
+    line_chars: int = 300
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"[tree] {f.name}={v!r}: not a finite number >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class _Ev:
+    ts: float
+    host: str
+    cat: str
+    sev: str
+    rule: str
+    xid: int | None
+    gpu: int | None
+    peer: str | None
+    peer_rank: int | None
+    rank: int | None
+    device: str | None
+    action: str
+    line: str
+
+    @property
+    def host_fatal(self) -> bool:
+        return self.cat in _HOST_SIDE and self.sev == "fatal"
+
+
+def _trigger(e: LogEvent) -> bool:
+    if e.severity != "fatal":
+        return False
+    return e.category in _HOST_SIDE or e.category in ("distributed_symptom", "config", "cuda_app_error")
+
+
+def _evidence(e: LogEvent) -> bool:
+    return e.severity == "degraded" and e.category in (*_HOST_SIDE, "distributed_symptom", "config")
+
+
+class DecisionTree:
+    """One job's Phase 1 detector: ``observe(LogRecord)``, ``advance(now)``, ``snapshot()``."""
+
+    name = DETECTOR
+
+    def __init__(self, job: str, config: DecisionTreeConfig | None = None,
+                 inventory: Inventory | None = None, policy: XidPolicy | None = None) -> None:
+        self.job = job
+        self.cfg = config or DecisionTreeConfig()
+        self.inventory = inventory
+        self.policy = policy or default_policy()
+        self.watermark = 0.0
+        self.burst: list[_Ev] = []
+        self.recent: list[_Ev] = []  # degraded host-side events, for lookback
+        self.incident: dict[str, Any] | None = None  # {"until", "hosts", "attached"}
+        self.seen_hosts: set[str] = set()
+        self._job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
+        self._ranks = inventory.ranks.get(job, {}) if inventory else {}
+
+    # ---- contract ------------------------------------------------------------------------
+    def observe(self, record: LogRecord) -> Outputs:
+        out = Outputs()
+        ts = float(record.ts)
+        if not math.isfinite(ts):
+            out.rejections.append(self._reject(record, "not_finite", f"ts={record.ts!r}"))
+            return out
+        if record.job is not None and record.job != self.job:
+            out.rejections.append(self._reject(record, "wrong_job", f"job={record.job!r}"))
+            return out
+        if self.watermark and ts < self.watermark - self.cfg.max_lateness_s:
+            out.rejections.append(self._reject(record, "late", f"ts={ts} watermark={self.watermark}"))
+            return out
+        out.extend(self.advance(ts))
+        if len(self.seen_hosts) < 65536:
+            self.seen_hosts.add(record.host)
+        inv = self.inventory.hosts.get(record.host) if self.inventory else None
+        e = classify(record.line, record.source, inv, self.policy)
+        if _trigger(e) or _evidence(e):
+            self._ingest(_Ev(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu, e.peer,
+                             e.peer_rank, e.rank, e.device, e.action,
+                             record.line[: self.cfg.line_chars]), _trigger(e))
+        return out
+
+    def advance(self, now: float) -> Outputs:
+        out = Outputs()
+        if math.isfinite(now) and now > self.watermark:
+            self.watermark = now
+        if self.incident and self.watermark > self.incident["until"]:
+            self.incident = None
+        start = self._burst_start()
+        if start is not None and self.watermark >= start + self.cfg.settle_s:
+            d = self._judge(self.burst, start + self.cfg.settle_s)
+            hosts = sorted({e.host for e in self.burst if e.host_fatal})
+            last = max(e.ts for e in self.burst)
+            self.incident = {"until": last + self.cfg.quiet_s, "hosts": hosts, "attached": 0}
+            self.burst = []
+            out.diagnoses.append(d)
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"v": STATE_VERSION, "watermark": self.watermark,
+                "burst": [list(astuple(e)) for e in self.burst],
+                "recent": [list(astuple(e)) for e in self.recent],
+                "incident": dict(self.incident) if self.incident else None,
+                "seen_hosts": sorted(self.seen_hosts)}
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
+                inventory: Inventory | None = None, policy: XidPolicy | None = None) -> DecisionTree:
+        if state.get("v") != STATE_VERSION:
+            raise ConfigError(f"decision tree state for job {job}: version {state.get('v')!r} "
+                              f"not readable (reads {STATE_VERSION})")
+        t = cls(job, config, inventory, policy)
+        t.watermark = float(state["watermark"])
+        t.burst = [_Ev(*e) for e in state.get("burst", [])]
+        t.recent = [_Ev(*e) for e in state.get("recent", [])]
+        inc = state.get("incident")
+        t.incident = ({"until": float(inc["until"]), "hosts": list(inc["hosts"]),
+                       "attached": int(inc["attached"])} if inc else None)
+        t.seen_hosts = set(state.get("seen_hosts", []))
+        return t
+
+    # ---- bursts ---------------------------------------------------------------------------
+    def _reject(self, r: LogRecord, reason: str, detail: str) -> Rejection:
+        return Rejection(DETECTOR, self.job, r.host, reason, detail, float(r.ts) if
+                         math.isfinite(float(r.ts)) else 0.0)
+
+    def _burst_start(self) -> float | None:
+        starts = [e.ts for e in self.burst if e.host_fatal or e.sev == "fatal"]
+        return min(starts) if starts else None
+
+    def _ingest(self, ev: _Ev, trigger: bool) -> None:
+        inc = self.incident
+        if inc is not None and ev.ts <= inc["until"] and not (ev.host_fatal and ev.host not in inc["hosts"]):
+            inc["until"] = max(inc["until"], ev.ts + self.cfg.quiet_s) if trigger else inc["until"]
+            inc["attached"] += 1
+            return
+        if self.burst or trigger:
+            if not self.burst:
+                self.burst = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s]
+                self.recent = []
+            if len(self.burst) < self.cfg.max_burst_events:
+                self.burst.append(ev)
+            return
+        self.recent = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s][-255:] + [ev]
+
+    # ---- Algorithm 1 ----------------------------------------------------------------------
+    def _judge(self, events: Sequence[_Ev], detected_ts: float) -> Diagnosis:
+        path: list[str] = []
+        crit = [e for e in events if e.host_fatal]
+        if crit:
+            path.append("CriticalError:hit")
+            return self._critical(events, crit, path, detected_ts)
+        path.append("CriticalError:miss")
+        app = [e for e in events if e.cat == "cuda_app_error" and e.sev == "fatal"]
+        if app:
+            path.append("AppError:hit")
+            return self._make("config", "app_error", events, app, path, [], detected_ts, 0.6,
+                              hosts=sorted({e.host for e in app}),
+                              summary=f"application error ({app[0].rule}) on "
+                                      f"{len({e.host for e in app})} host(s): fix the job, no isolation")
+        dist = [e for e in events if e.cat == "distributed_symptom"]
+        if dist:
+            involved, edges = self._endpoints(dist)
+            named = sorted(h for h in involved if not h.startswith("?"))
+            pool = self._job_hosts or self.seen_hosts
+            if len(involved) <= 2 and named and (len(involved) == 2 or len(pool) <= 1):
+                path.append(f"DistError:{len(involved)}hosts")
+                acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]
+                return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
+                                  detected_ts, 0.7, hosts=named,
+                                  summary=f"distributed errors between {' and '.join(named)}: isolate both")
+            path.append(f"DistError:{len(involved)}hosts")
+            centre = self._root(events, dist, edges)
+            if centre is not None:
+                host, gpu, why = centre
+                path.append(f"RootDiag:{why}")
+                target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
+                key = [e for e in dist if e.host == host or self._peer_host(e)[0] == host] or dist
+                return self._make("dist_error", "root_diag", events, key, path,
+                                  [target, ["restart_job", self.job]], detected_ts, 0.75,
+                                  hosts=[host] if gpu is None else [],
+                                  gpus=[gpu_id(host, gpu)] if gpu is not None else [],
+                                  summary=f"root of the failed connections: {target[1]} ({why})")
+            path.append("RootDiag:miss")
+        else:
+            path.append("DistError:miss")
+        config = [e for e in events if e.cat == "config"]
+        if config:
+            return self._config(events, config, path, detected_ts)
+        path.append("ConfigCheck:miss")
+        links = self._suspect_links(events, dist)
+        if links:
+            path.append("NetDiag:hit")
+            return self._make("hang_network", "net_diag", events, dist or events, path,
+                              [["run_netdiag", lk] for lk in links[:8]], detected_ts, 0.5,
+                              links=links[:8], summary=f"no host-side cause; {len(links)} suspect link(s)")
+        path.append("NetDiag:miss")
+        path.append("OfflineDiag")
+        return self._make("offline_needed", "offline_diag", events, events, path,
+                          [["run_offline_diag", self.job]], detected_ts, 0.3,
+                          summary="no pattern in the logs: test the job's hosts offline")
+
+    def _critical(self, events: Sequence[_Ev], crit: list[_Ev], path: list[str],
+                  detected_ts: float) -> Diagnosis:
+        acts: list[list[str]] = []
+        hosts: list[str] = []
+        gpus: list[str] = []
+        for host in sorted({e.host for e in crit}):
+            mine = [e for e in crit if e.host == host]
+            if any(e.action == "isolate_host" or e.gpu is None or e.cat == "nic_or_link" for e in mine):
+                acts.append(["isolate_host", host])
+                hosts.append(host)
+            else:
+                for g in sorted({e.gpu for e in mine if e.gpu is not None}):
+                    acts.append(["isolate_gpu", gpu_id(host, g)])
+                    gpus.append(gpu_id(host, g))
+        acts.append(["restart_job", self.job])
+        crit_hosts = {e.host for e in crit}
+        others = sum(1 for e in events if e.cat == "distributed_symptom" and e.host not in crit_hosts)
+        what = crit[0].rule if len({e.rule for e in crit}) == 1 else "critical errors"
+        return self._make("critical_error", "critical_error", events, crit, path, acts, detected_ts,
+                          0.95, hosts=hosts, gpus=gpus, attributed=others,
+                          summary=f"{what} on {', '.join(hosts + gpus)}; {others} distributed "
+                                  f"symptom(s) elsewhere attributed to it")
+
+    def _config(self, events: Sequence[_Ev], config: list[_Ev], path: list[str],
+                detected_ts: float) -> Diagnosis:
+        path.append("ConfigCheck:hit")
+        cfg_hosts = sorted({e.host for e in config})
+        pool = self._job_hosts or {e.host for e in events}
+        systemic = len(cfg_hosts) >= max(1, math.ceil(self.cfg.config_majority * len(pool)))
+        rule = Counter(e.rule for e in config).most_common(1)[0][0]
+        acts = [["rollback_update", self.job]] if systemic and rule in UPDATE_RULES else []
+        return self._make("config", "config_check", events, config, path, acts, detected_ts, 0.8,
+                          hosts=[] if systemic else cfg_hosts, config_rule=rule, systemic=systemic,
+                          summary=f"{rule} on {len(cfg_hosts)} of {len(pool)} host(s): "
+                                  f"{'systemic' if systemic else 'those hosts'}; no isolation")
+
+    # ---- connections ----------------------------------------------------------------------
+    def _peer_host(self, e: _Ev) -> tuple[str | None, int | None]:
+        if e.peer_rank is not None and e.peer_rank in self._ranks:
+            return self._ranks[e.peer_rank]
+        if not e.peer:
+            return None, None
+        addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
+        inv = self.inventory
+        if inv is not None:
+            host = inv.host_for_ip(addr)
+            if host is not None:
+                hi = inv.hosts[host]
+                one_ip_per_gpu = len(hi.ips) > 1 and len(hi.ips) == len(hi.gpu_bus_ids)
+                return host, hi.ips.index(addr) if one_ip_per_gpu else None
+            if addr in inv.hosts:
+                return addr, None
+        for name in (addr, addr.split(".")[0]):
+            if name in self._job_hosts or name in self.seen_hosts:
+                return name, None
+        return None, None
+
+    def _own_gpu(self, e: _Ev) -> int | None:
+        if e.rank is not None and e.rank in self._ranks and self._ranks[e.rank][0] == e.host:
+            return self._ranks[e.rank][1]
+        return e.gpu
+
+    def _endpoints(self, dist: list[_Ev]) -> tuple[set[str], list[tuple[float, tuple[str, int | None], tuple[str, int | None]]]]:
+        involved = {e.host for e in dist}
+        edges = []
+        unresolved: set[str] = set()
+        for e in dist:
+            ph, pg = self._peer_host(e)
+            if ph is not None:
+                involved.add(ph)
+                if ph != e.host:
+                    edges.append((e.ts, (e.host, self._own_gpu(e)), (ph, pg)))
+            elif e.peer:
+                unresolved.add("?" + e.peer.rsplit(":", 1)[0])
+        if len(involved) == 1:
+            involved |= unresolved
+        return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0]))
+
+    def _root(self, events: Sequence[_Ev], dist: list[_Ev], edges: list[Any]) -> tuple[str, int | None, str] | None:
+        """Aegis RootDiag: the endpoint whose connections fail most / first; host evidence wins."""
+        suspects = sorted({e.host for e in events if e.cat in _HOST_SIDE and e.sev == "degraded"})
+        if len(suspects) == 1:
+            return suspects[0], self._centre_gpu(suspects[0], edges), "host_evidence"
+        if edges:
+            deg = Counter(h for _, a, b in edges for h in {a[0], b[0]})
+            ranked = deg.most_common()
+            top, n = ranked[0]
+            second = ranked[1][1] if len(ranked) > 1 else 0
+            if n >= 2 and n > second and n >= self.cfg.root_min_share * len(edges):
+                return top, self._centre_gpu(top, edges), "hit"
+            first = edges[: min(3, len(edges))]
+            common = set.intersection(*({a[0], b[0]} for _, a, b in first))
+            if len(first) >= 2 and len(common) == 1:
+                host = common.pop()
+                return host, self._centre_gpu(host, edges), "first_fail"
+        pool = self._job_hosts or frozenset(self.seen_hosts)
+        silent = sorted(pool - {e.host for e in dist})
+        if len(pool) >= 3 and len(silent) == 1:
+            return silent[0], None, "silent_host"
+        return None
+
+    @staticmethod
+    def _centre_gpu(host: str, edges: list[Any]) -> int | None:
+        gpus = Counter(ep[1] for _, a, b in edges for ep in (a, b) if ep[0] == host and ep[1] is not None)
+        if not gpus:
+            return None
+        g, n = gpus.most_common(1)[0]
+        return g if n * 2 > sum(gpus.values()) else None
+
+    def _suspect_links(self, events: Sequence[_Ev], dist: list[_Ev]) -> list[str]:
+        links = {link_id(a[0], b[0]) for _, a, b in self._endpoints(dist)[1]} if dist else set()
+        links |= {nic_id(e.host, e.device) if e.device else e.host
+                  for e in events if e.cat == "nic_or_link"}
+        return sorted(links)
+
+    # ---- output ---------------------------------------------------------------------------
+    def _make(self, kind: str, rule: str, events: Sequence[_Ev], key: Sequence[_Ev], path: list[str],
+              actions: list[list[str]], detected_ts: float, confidence: float, *,
+              hosts: Sequence[str] = (), gpus: Sequence[str] = (), links: Sequence[str] = (),
+              summary: str = "", **extra: Any) -> Diagnosis:
+        chosen = sorted(key, key=lambda e: (e.ts, e.host))[: self.cfg.evidence_lines]
+        lines = [{"host": e.host, "ts": e.ts, "rule": e.rule, "line": e.line} for e in chosen]
+        evidence = {"path": path, "lines": lines, "actions": actions, "settle_s": self.cfg.settle_s,
+                    "events": len(events), "hosts_reporting": len({e.host for e in events}), **extra}
+        return make_diagnosis(job=self.job, kind=kind, detector=DETECTOR, rule=rule,
+                              event_ts=min(e.ts for e in events), detected_ts=detected_ts,
+                              hosts=hosts, gpus=gpus, links=links, evidence=evidence,
+                              confidence=confidence, summary=summary)

@@ -1,0 +1,142 @@
+"""Log-line classifier for Aegis Phase 1: one raw line in, one :class:`LogEvent` out.
+
+Categories (what the decision tree reasons about, Aegis Phase 1):
+
+    critical_gpu        host-side GPU fault that breaks the job (XID 48/79/94/95, GSP hang)
+    benign_gpu          GPU event that must NOT isolate (XID 63/64/92, DCGM power/clock)
+    nvlink              NVLink errors (XID 74, 144-150, NVRM nvlink messages)
+    pcie                PCIe AER reports, link width/speed degradation
+    nic_or_link         host NIC: mlx5 firmware health, module/cable, CQE errors, link state
+    distributed_symptom NCCL/PyTorch errors between ranks: timeouts, resets, remote exits
+    cuda_app_error      the application's CUDA errors: OOM, illegal access, XID 13/31/43
+    config              configuration: NCCL env/HCA, version or collective mismatch
+    other               ordinary output
+
+Severity is ``fatal`` (breaks the job), ``degraded`` or ``info``. XIDs take their category,
+severity and action hint from the :class:`~processors.core.xid_policy.XidPolicy`. The rules
+live in :mod:`processors.core.log_rules`; they test plain substrings before any regex, so an
+ordinary training line costs a few substring scans. :func:`classify` never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from processors.core import log_rules
+from processors.core.xid_policy import XidPolicy, default_policy
+from schemas.inventory import HostInventory, normalise_bus_id
+
+MAX_LINE_CHARS = 65536  # longer lines are classified on their first and last parts
+_HOST_SIDE = frozenset(("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link"))
+_PEER_GID = re.compile(r"remoteGids?:*(?:ffff:)?(\d{1,3}(?:\.\d{1,3}){3})")
+_PEER_PORT = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252})<(\d{1,5})>")
+_PEER_PAREN = re.compile(r"\[([\w.-]+)\]:(\d{1,5})")
+_RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
+_PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """What one log line says. ``gpu`` is the host's GPU index, via the host inventory."""
+
+    category: str = "other"
+    severity: str = "info"
+    rule: str = "unmatched"
+    xid: int | None = None
+    pci_bus_id: str | None = None  # normalised: 0000:3b:00.0
+    gpu: int | None = None
+    peer: str | None = None  # ip[:port] or hostname[:port] the line names as the other end
+    peer_rank: int | None = None
+    rank: int | None = None  # the reporting rank, when the line names it ([Rank 3])
+    device: str | None = None  # NIC port or netdev (mlx5_0, ib0, eth5)
+    action: str = "none"  # XID policy hint: isolate_gpu | isolate_host | restart_job | none
+
+    @property
+    def host_side(self) -> bool:
+        return self.category in _HOST_SIDE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+OTHER = LogEvent()
+
+
+def _bus(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    if raw.count(":") == 2 and "." not in raw:  # NVRM writes PCI:0000:3b:00 (no function)
+        raw += ".0"
+    return normalise_bus_id(raw)
+
+
+def _peer(line: str) -> str | None:
+    m = _PEER_GID.search(line, 0, log_rules.SCAN_CHARS)
+    if m:
+        return m.group(1)
+    m = _PEER_PORT.search(line, 0, log_rules.SCAN_CHARS)
+    if m:
+        return f"{m.group(1)}:{m.group(2)}"
+    m = _PEER_PAREN.search(line, 0, log_rules.SCAN_CHARS)
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
+def _int(rx: re.Pattern[str], line: str) -> int | None:
+    m = rx.search(line, 0, log_rules.SCAN_CHARS)
+    return int(m.group(1)) if m else None
+
+
+def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None) -> LogEvent:
+    pci = _bus(hit.pci)
+    if pci is None and hit.category in _HOST_SIDE and hit.rule.startswith("dcgm_"):
+        pci = _bus(log_rules._first_bus(line))
+    gpu = inv.gpu_for_bus(pci) if (inv is not None and pci) else None
+    peer = peer_rank = rank = None
+    if hit.category in ("distributed_symptom", "config", "cuda_app_error"):
+        rank = _int(_RANK, line)
+        if hit.category != "cuda_app_error":
+            peer = _peer(line)
+            peer_rank = _int(_PEER_RANK, line)
+    return LogEvent(hit.category, hit.severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
+                    rank, hit.device)
+
+
+def _xid_event(x: int, raw_bus: str | None, line: str, policy: XidPolicy,
+               inv: HostInventory | None) -> LogEvent:
+    rule = policy.lookup(x)
+    severity = rule.severity
+    if rule.category == "nvlink":
+        severity = log_rules.xid_line_severity(line) or severity
+    pci = _bus(raw_bus)
+    gpu = inv.gpu_for_bus(pci) if (inv is not None and pci) else None
+    return LogEvent(rule.category, severity, f"xid_{x}", x, pci, gpu, action=rule.action)
+
+
+def _classify(line: str, inv: HostInventory | None, policy: XidPolicy) -> LogEvent:
+    x = log_rules.xid(line)
+    if x is not None:
+        return _xid_event(x[0], x[1], line, policy, inv)
+    for group in log_rules.NCCL_FIRST if "NCCL" in line else log_rules.GROUPS:
+        hit = group(line)
+        if hit is not None:
+            return _event(hit, line, inv)
+    return OTHER
+
+
+def classify(line: str, source: str | None = None, host_inventory: HostInventory | None = None,
+             policy: XidPolicy | None = None) -> LogEvent:
+    """Classify one log line. ``source`` (kernel, training, nccl, agent, dcgm) is a hint only:
+    every rule runs on every line, because agents mislabel and tools re-emit each other's lines.
+    Never raises: anything unexpected yields ``other``/``info`` with rule ``unreadable``."""
+    try:
+        if not isinstance(line, str):
+            line = (line.decode("utf-8", "replace") if isinstance(line, bytes | bytearray)
+                    else str(line))
+        if len(line) > MAX_LINE_CHARS:
+            half = MAX_LINE_CHARS // 2
+            line = line[:half] + " " + line[-half:]
+        return _classify(line, host_inventory, policy or default_policy())
+    except Exception:  # noqa: BLE001 - a classifier on a log stream must not take the stream down
+        return LogEvent(rule="unreadable")
