@@ -33,7 +33,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
               inventory: Inventory | None = None, command_sink: Any = None,
               metrics: Any = None) -> faust.App:
     """Build the worker app. ``command_sink`` has add/flush (the Redis queue); ``metrics``
-    is a sinks.metrics.WorkerMetrics (or None)."""
+    is a sinks.metrics.Metrics (or None)."""
     config = config or PipelineConfig()
     app = faust.App(
         settings.app_id, broker=broker_urls(settings.brokers), store="memory://",
@@ -59,7 +59,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
     async def dead_letter(dl: DeadLetter) -> None:
         await deadletter_t.send(key=dl.topic.encode(), value=encode(dl))
         if metrics is not None:
-            metrics.dead_letter(dl.topic, dl.stage)
+            metrics.record_dead_letter(dl.topic, dl.stage)
         log.warning("dead letter from %s[%d]@%d: %s", dl.topic, dl.partition, dl.offset, dl.error)
 
     def make_input_agent(kind: str) -> None:
@@ -77,7 +77,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 res = proc.handle(event.value, topic=msg.topic, partition=msg.partition,
                                   offset=msg.offset)
                 if metrics is not None:
-                    metrics.event_in(msg.topic)
+                    metrics.record_in(msg.topic)
                 if res.dead_letter is not None:
                     await dead_letter(res.dead_letter)
                     await ack_stream.ack(event)
@@ -85,11 +85,8 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 for d in res.diagnoses:
                     await diagnoses_t.send(key=d.job.encode(), value=encode(d))
                     if metrics is not None:
-                        metrics.diagnosis(d.kind)
-                        metrics.event_out(settings.topic_diagnoses)
-                if metrics is not None and res.rejections:
-                    for rj in res.rejections:
-                        metrics.rejection(kind, rj.reason)
+                        metrics.record_items((d,))
+                        metrics.record_out(settings.topic_diagnoses)
                 job = res.job or ""
                 wall = time.monotonic()
                 holder.hold(job, msg.partition, event, wall)
@@ -102,7 +99,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                     holder.checkpointed(quiet, proc._watermark.get(quiet, 0.0),
                                         lambda e: asyncio.ensure_future(ack_stream.ack(e)))
                 if metrics is not None:
-                    metrics.latency(kind, time.perf_counter() - started)
+                    metrics.observe_latency(time.perf_counter() - started)
 
         run.__name__ = f"{kind}_agent"
         app.agent(topics[kind], name=f"aegis-{kind}")(run)
@@ -110,42 +107,62 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
     for kind in INPUT_KINDS:
         make_input_agent(kind)
 
+    if metrics is not None:
+        @app.timer(5.0)
+        async def consumer_lag() -> None:
+            consumer = app.consumer
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
+                if high is not None:
+                    metrics.set_lag(tp.topic, tp.partition, int(high) - int(committed or 0))
+
     @app.agent(diagnoses_t, name="aegis-guard")
     async def guard_agent(stream: Any) -> None:
+        """Diagnosis → guard → IsolationCommand. One guard per diagnoses partition: the
+        blast radius is per job (a job is in one partition); the cluster-wide rate limit
+        is therefore per partition, see docs/sinks.md."""
+        import msgpack
+
         from sinks.guard import Guard
 
-        guards: dict[str, Any] = {}
+        guards: dict[int, Guard] = {}
+        sizes = {j: len(hs) for j, hs in (inventory.jobs.items() if inventory else [])}
         async for event in stream.events():
-            d = decode(Diagnosis, event.value)
             msg = event.message
+            d = decode(Diagnosis, event.value)
             if isinstance(d, WireError):
                 await dead_letter(DeadLetter(msg.topic, msg.partition, msg.offset,
                                              bytes(event.value), str(d)))
                 continue
-            g = guards.get(d.job)
+            g = guards.get(msg.partition)
             if g is None:
-                saved = guard_state.get(d.job.encode())
-                cfg = config.section("guard")
-                g = Guard.restore(bytes(saved), cfg) if saved is not None else Guard(cfg)
-                if inventory is not None and d.job in inventory.jobs:
-                    g.set_job_size(d.job, len(inventory.jobs[d.job]))
-                guards[d.job] = g
-            result = g.decide(d)
-            for cmd in result.commands:
+                g = guards[msg.partition] = Guard(config.section("guard"),
+                                                  job_hosts=lambda j: sizes.get(j, 0))
+                saved = guard_state.get(f"guard:{msg.partition}".encode())
+                if saved is not None:
+                    g.restore(msgpack.unpackb(bytes(saved), raw=False, strict_map_key=False))
+            decision = g.decide(d)
+            if decision.duplicate:
+                continue
+            for cmd in decision.commands:
                 if command_sink is not None:
                     command_sink.add(cmd)
-            if command_sink is not None and result.commands:
+            if command_sink is not None and decision.commands:
+                # at-least-once: this event is acked only after the queue has the commands
                 await asyncio.to_thread(command_sink.flush)
-            for cmd in result.commands:
+            for cmd in decision.commands:
                 await commands_t.send(key=cmd.job.encode(), value=encode(cmd))
                 if metrics is not None:
-                    metrics.command(cmd.action)
-            for extra in result.diagnoses:
+                    metrics.record_items((cmd,))
+                    metrics.record_out(settings.topic_commands)
+            for extra in decision.diagnoses:
                 await diagnoses_t.send(key=extra.job.encode(), value=encode(extra))
-            for refusal in result.refusals:
+            for refusal in decision.refusals:
                 if metrics is not None:
-                    metrics.refusal(refusal.reason)
+                    metrics.record_items((refusal,))
                 log.info("guard refused %s %s: %s", refusal.action, refusal.target, refusal.reason)
-            guard_state[d.job.encode()] = g.snapshot_bytes()
+            guard_state[f"guard:{msg.partition}".encode()] = msgpack.packb(
+                g.snapshot(), use_bin_type=True)
 
     return app

@@ -31,6 +31,16 @@ RECORD_TYPES: dict[str, type] = {"logs": LogRecord, "telemetry": TelemetryBatch,
 TOPIC_KIND = {LOGS.name: "logs", TELEMETRY.name: "telemetry", CCL.name: "ccl"}
 
 
+def input_kind(topic: str) -> str | None:
+    """``aegis.logs`` (or a prefixed ``test-aegis.logs``) -> ``logs``; None if not an input."""
+    if topic in TOPIC_KIND:
+        return TOPIC_KIND[topic]
+    for name, kind in TOPIC_KIND.items():
+        if topic.endswith(name):
+            return kind
+    return None
+
+
 def _detector_types(kind: str) -> list[tuple[str, Any]]:
     """(name, class) of the detectors of one input kind, imported on first use."""
     if kind == "logs":

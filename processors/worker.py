@@ -74,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         sink = None
         if not a.no_redis:
             check_redis(settings.redis_url)
+            from sinks.delivery import RetryingSink
             from sinks.redis_queue import RedisCommandQueue
 
-            sink = RedisCommandQueue(settings.redis_url, cluster=settings.cluster)
+            def warn(attempt: int, wait: float, err: Exception) -> None:
+                print(f"aegis worker: Redis flush failed ({err}); retry {attempt} in {wait:.1f}s",
+                      file=sys.stderr, flush=True)
+
+            sink = RetryingSink(RedisCommandQueue(settings.redis_url, cluster=settings.cluster),
+                                on_retry=warn)
             sink.setup()
     except ServiceUnavailable as e:
         print(f"aegis worker: {e}", file=sys.stderr)
@@ -86,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     metrics = None
     if settings.metrics_port:
-        from sinks.metrics import WorkerMetrics, start_metrics_server
+        from sinks.metrics import Metrics, start_metrics_server
 
-        metrics = WorkerMetrics()
-        _, port = start_metrics_server(settings.metrics_port, registry=metrics.registry)
+        metrics = Metrics()
+        _, port = start_metrics_server(settings.metrics_port, registry=metrics)
         print(f"aegis worker: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
     from processors.faust_app import build_app
 

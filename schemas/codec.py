@@ -61,7 +61,7 @@ def decode_or_raise(record_type: type[R], data: bytes) -> R:
     """Decode and validate, raising a WireError on any problem."""
     obj = _load(record_type, data)
     try:
-        return record_type.from_wire(obj)  # type: ignore[return-value]
+        return record_type.from_wire(obj)
     except WireError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as e:
