@@ -30,8 +30,9 @@ def test_garbage_goes_to_dead_letter_and_worker_survives(kafka_bootstrap, redis_
         for d in letters:
             assert d["topic"] == w.topic("aegis.logs") and d["offset"] >= 0
             assert d["error"] and "LogRecord" in d["error"]
-        text = w.wait_metric('aegis_events_in_total{topic="%s"} 4.0' % w.topic("aegis.logs"))
-        assert 'aegis_dead_letters_total{reason="decode",topic="%s"} 3.0' % w.topic("aegis.logs") in text
+        logs = w.topic("aegis.logs")
+        text = w.wait_metric(f'aegis_events_in_total{{topic="{logs}"}} 4.0')
+        assert f'aegis_dead_letters_total{{reason="decode",topic="{logs}"}} 3.0' in text
         assert w.alive(), w.tail()
     finally:
         w.stop()
