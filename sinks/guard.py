@@ -1,0 +1,320 @@
+"""The guard: Diagnoses (facts) in, IsolationCommands (decisions) and refusals out.
+
+Pure and in event time: "now" is always ``diagnosis.detected_ts``, never the wall clock, so
+a replay makes the same decisions, with the same command ids, as the live run.
+
+Rules (defaults in :class:`GuardConfig`; docs/sinks.md has the rationale):
+- Recommended actions come from ``diagnosis.evidence["actions"]`` = ``[[action, target], ...]``.
+- Blast radius (Aegis §6, CBD: "if many hosts fail at once, roll back the recent update instead
+  of isolating them all"): per job, at most ``max(job_isolation_min, ⌊pct% × job hosts⌋)``
+  distinct hosts isolated (isolate_host / isolate_gpu, counted by host) within ``window_s``.
+  A diagnosis that would go past it has all its isolations refused, and the guard emits ONE
+  ``systemic`` Diagnosis plus ONE ``rollback_update`` (or ``run_offline_diag``) command for
+  the job per window.
+- Cluster rate limit: at most ``cluster_max_isolations`` distinct hosts isolated cluster-wide
+  within ``cluster_window_s``.
+- A diagnosis' isolations are all-or-nothing (Aegis Alg. 1 isolates both hosts of a 2-host
+  DistError, never one), and its ``restart_job`` is refused when its isolations were.
+- Config diagnoses never isolate (Aegis Alg. 1: ConfigCheck, not hardware).
+- The same diagnosis id twice gives nothing; the same action on the same target within
+  ``repeat_window_s`` is refused as a repeat (three detectors reporting one fault must not
+  restart the job thrice), except a restart_job whose diagnosis just isolated a new host.
+
+Windows are symmetric in event time (|t - t_i| < W), so any interval of length W holds at
+most the cap, whatever order late diagnoses arrive in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import ConfigError
+from schemas.records import ACTIONS, Culprits, Diagnosis, IsolationCommand, diagnosis_id
+from sinks.base import GuardRefusal, SinkItem
+
+ISOLATING_ACTIONS = ("isolate_host", "isolate_gpu")
+SYSTEMIC_ACTIONS = ("rollback_update", "run_offline_diag")
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GuardConfig:
+    """Guard policy. Times are event-time seconds."""
+
+    job_isolation_pct: float = 10.0  # % of the job's hosts that may be isolated per window
+    job_isolation_min: int = 2  # Aegis Alg. 1 isolates both hosts of a 2-host DistError
+    window_s: float = 3600.0
+    # O(1K) hosts see 100-230 severe failures/week (Aegis §2), ~1.4/h at peak: 20/h is ~15x.
+    cluster_max_isolations: int = 20
+    cluster_window_s: float = 3600.0
+    systemic_action: str = "rollback_update"  # or run_offline_diag (Aegis Alg. 1 OfflineDiag)
+    repeat_window_s: float = 600.0
+    memory_s: float = 86400.0  # how long diagnosis ids and history are remembered
+    no_isolation_kinds: tuple[str, ...] = ("config",)
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.job_isolation_pct <= 100) or not math.isfinite(self.job_isolation_pct):
+            raise ConfigError(f"guard: job_isolation_pct={self.job_isolation_pct!r} not in [0, 100]")
+        if self.job_isolation_min < 0 or self.cluster_max_isolations < 0:
+            raise ConfigError("guard: job_isolation_min and cluster_max_isolations must be >= 0")
+        for name in ("window_s", "cluster_window_s", "repeat_window_s", "memory_s"):
+            v = getattr(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                raise ConfigError(f"guard: {name}={v!r} must be a finite number >= 0")
+        if self.systemic_action not in SYSTEMIC_ACTIONS:
+            raise ConfigError(f"guard: systemic_action={self.systemic_action!r} "
+                              f"not one of {list(SYSTEMIC_ACTIONS)}")
+        need = 2 * max(self.window_s, self.cluster_window_s, self.repeat_window_s)
+        if self.memory_s < need:
+            raise ConfigError(f"guard: memory_s={self.memory_s} must be >= 2x the longest "
+                              f"window ({need})")
+
+    def job_cap(self, job_hosts: int) -> int:
+        """Most distinct hosts of one job that may be isolated per window."""
+        return max(self.job_isolation_min, math.floor(self.job_isolation_pct * job_hosts / 100))
+
+
+@dataclass(frozen=True, slots=True)
+class GuardDecision:
+    """What the guard made of one diagnosis."""
+
+    commands: tuple[IsolationCommand, ...] = ()
+    refusals: tuple[GuardRefusal, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()  # systemic diagnoses raised by the guard
+    duplicate: bool = False  # the diagnosis id was seen before
+
+    def items(self) -> list[SinkItem]:
+        """All outputs in sink order: raised diagnoses, commands, refusals."""
+        return [*self.diagnoses, *self.commands, *self.refusals]
+
+
+def host_of(target: str) -> str:
+    """``h0017/gpu3`` -> ``h0017``; ``h0017`` -> ``h0017``."""
+    return target.split("/", 1)[0]
+
+
+@dataclass
+class _State:
+    seen: dict[str, float] = field(default_factory=dict)  # diagnosis id -> detected_ts
+    isolations: list[tuple[float, str, str]] = field(default_factory=list)  # sorted (ts,job,host)
+    issued: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (job,act,tgt)->ts
+    systemic: dict[str, float] = field(default_factory=dict)  # job -> ts of the last trip
+    watermark: float = 0.0
+    pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
+
+
+class Guard:
+    """Blast-radius and rate-limit policy between detectors and remediation (pure).
+
+    ``job_hosts(job) -> int`` gives a job's host count (0 = unknown: the cap is then
+    ``job_isolation_min``); :meth:`set_job_size` overrides it per job.
+    """
+
+    def __init__(self, config: GuardConfig | None = None,
+                 job_hosts: Callable[[str], int] | None = None) -> None:
+        self.config = config or GuardConfig()
+        self._job_hosts = job_hosts
+        self._sizes: dict[str, int] = {}
+        self._s = _State()
+
+    # -- job sizes ---------------------------------------------------------------------------
+    def set_job_size(self, job: str, hosts: int) -> None:
+        self._sizes[job] = int(hosts)
+
+    def job_size(self, job: str) -> int:
+        if job in self._sizes:
+            return self._sizes[job]
+        return int(self._job_hosts(job)) if self._job_hosts else 0
+
+    # -- the decision ------------------------------------------------------------------------
+    def decide(self, d: Diagnosis) -> GuardDecision:
+        """Turn one diagnosis into commands, refusals and (maybe) a systemic diagnosis."""
+        s = self._s
+        if d.id in s.seen:
+            return GuardDecision(duplicate=True)
+        t = float(d.detected_ts)
+        s.seen[d.id] = t
+        if t > s.watermark:
+            s.watermark = t
+            if t - s.pruned_at >= self.config.memory_s / 8:
+                self._prune()
+        refusals: list[GuardRefusal] = []
+        commands: list[IsolationCommand] = []
+        raised: list[Diagnosis] = []
+
+        def refuse(action: str, target: str, reason: str, detail: str = "") -> None:
+            refusals.append(GuardRefusal(d.id, action, target, reason, d.job, detail, t))
+
+        isolations, others = self._parse_actions(d, refuse)
+        isolation_refused = False
+        if isolations and d.kind in self.config.no_isolation_kinds:
+            for a, tgt in isolations:
+                refuse(a, tgt, "config_no_isolation",
+                       f"{d.kind} diagnoses are fixed by configuration, not by isolating hardware")
+            isolation_refused = True
+        elif isolations:
+            verdict = self._check_caps(d, t, isolations)
+            if verdict is not None:
+                reason, detail = verdict
+                for a, tgt in isolations:
+                    refuse(a, tgt, reason, detail)
+                isolation_refused = True
+                if reason == "blast_radius":
+                    raised_cmd = self._systemic(d, t, isolations, detail)
+                    if raised_cmd is not None:
+                        raised.append(raised_cmd[0])
+                        commands.append(raised_cmd[1])
+            else:
+                for a, tgt in isolations:
+                    if self._issue(d, t, a, tgt, commands, refuse):
+                        bisect.insort(s.isolations, (t, d.job, host_of(tgt)))
+        isolated_now = any(c.action in ISOLATING_ACTIONS for c in commands)
+        for a, tgt in others:
+            if a == "restart_job" and isolation_refused:
+                refuse(a, tgt, "follows_refused_isolation",
+                       "not restarting onto hosts the guard refused to isolate")
+                continue
+            # A job that just lost a host must restart even if it restarted minutes ago.
+            self._issue(d, t, a, tgt, commands, refuse,
+                        check_repeat=not (a == "restart_job" and isolated_now))
+        return GuardDecision(tuple(commands), tuple(refusals), tuple(raised))
+
+    def _parse_actions(self, d: Diagnosis, refuse: Callable[..., None]
+                       ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        raw = d.evidence.get("actions", []) if isinstance(d.evidence, Mapping) else []
+        if not isinstance(raw, list | tuple):
+            refuse(str(raw)[:64], "", "malformed_action", "evidence.actions is not a list")
+            return [], []
+        isolations: list[tuple[str, str]] = []
+        others: list[tuple[str, str]] = []
+        for entry in raw:
+            if (not isinstance(entry, list | tuple) or len(entry) != 2
+                    or not all(isinstance(x, str) and x for x in entry)):
+                refuse(str(entry)[:64], "", "malformed_action",
+                       f"diagnosis {d.id}: action {entry!r} is not [action, target]")
+                continue
+            a, tgt = str(entry[0]), str(entry[1])
+            if a not in ACTIONS:
+                refuse(a, tgt, "unknown_action", f"{a!r} is not one of {list(ACTIONS)}")
+                continue
+            bucket = isolations if a in ISOLATING_ACTIONS else others
+            if (a, tgt) not in bucket:
+                bucket.append((a, tgt))
+        return isolations, others
+
+    def _check_caps(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]]
+                    ) -> tuple[str, str] | None:
+        """None when the isolations fit both caps, else (reason, detail)."""
+        cfg = self.config
+        wanted = {host_of(tgt) for _, tgt in isolations}
+        job_hosts = {h for _, job, h in self._isolations_near(t, cfg.window_s) if job == d.job}
+        new = wanted - job_hosts
+        size = self.job_size(d.job)
+        cap = cfg.job_cap(size)
+        if len(job_hosts) + len(new) > cap:
+            return "blast_radius", (
+                f"job {d.job}: {len(job_hosts)} host(s) isolated within {cfg.window_s:g}s "
+                f"and {len(new)} more requested, over the cap of {cap} = max("
+                f"{cfg.job_isolation_min}, {cfg.job_isolation_pct:g}% of {size or 'unknown'} hosts)")
+        cluster = {h for _, _, h in self._isolations_near(t, cfg.cluster_window_s)}
+        new_c = wanted - cluster
+        if len(cluster) + len(new_c) > cfg.cluster_max_isolations:
+            return "cluster_rate_limit", (
+                f"{len(cluster)} host(s) isolated cluster-wide within {cfg.cluster_window_s:g}s "
+                f"and {len(new_c)} more requested, over the limit of {cfg.cluster_max_isolations}")
+        return None
+
+    def _isolations_near(self, t: float, window: float) -> list[tuple[float, str, str]]:
+        """Accepted isolations with |ts - t| < window (the list is kept sorted by ts)."""
+        iso = self._s.isolations
+        lo = bisect.bisect_right(iso, t - window, key=lambda x: x[0])
+        hi = bisect.bisect_left(iso, t + window, key=lambda x: x[0])
+        return iso[lo:hi]
+
+    def _issue(self, d: Diagnosis, t: float, action: str, target: str,
+               commands: list[IsolationCommand], refuse: Callable[..., None],
+               check_repeat: bool = True) -> bool:
+        key = (d.job, action, target)
+        last = self._s.issued.get(key)
+        if check_repeat and last is not None and abs(last - t) < self.config.repeat_window_s:
+            refuse(action, target, "repeat",
+                   f"{action} {target} already issued at event time {last:.3f}")
+            return False
+        self._s.issued[key] = t
+        rule = d.evidence.get("rule", "") if isinstance(d.evidence, Mapping) else ""
+        reason = f"{d.kind} by {d.detector}" + (f" ({rule})" if rule else "")
+        if d.summary:
+            reason += f": {d.summary}"
+        commands.append(IsolationCommand(
+            id=IsolationCommand.make_id(d.id, action, target), job=d.job, action=action,
+            target=target, reason=reason[:4096], diagnosis_id=d.id, issued_at=t))
+        return True
+
+    def _systemic(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]], detail: str
+                  ) -> tuple[Diagnosis, IsolationCommand] | None:
+        """One systemic diagnosis + one rollback/offline command per job per window."""
+        cfg, s = self.config, self._s
+        last = s.systemic.get(d.job)
+        if last is not None and abs(last - t) < cfg.window_s:
+            return None
+        s.systemic[d.job] = t
+        hosts = sorted({h for _, job, h in self._isolations_near(t, cfg.window_s) if job == d.job}
+                       | {host_of(tgt) for _, tgt in isolations})
+        culprits = Culprits(hosts=tuple(hosts))
+        rule = "guard_blast_radius"
+        did = diagnosis_id(d.job, "systemic", culprits, rule, d.event_ts)
+        action = cfg.systemic_action
+        summary = (f"{detail}; the failure looks systemic, so {action} for job {d.job} "
+                   f"instead of isolating more hosts (Aegis §6 CBD: mass failure means roll back)")
+        diag = Diagnosis(
+            id=did, job=d.job, kind="systemic", culprits=culprits,
+            evidence={"rule": rule, "trigger": d.id, "trigger_kind": d.kind,
+                      "cap": cfg.job_cap(self.job_size(d.job)), "job_hosts": self.job_size(d.job),
+                      "window_s": cfg.window_s, "pct": cfg.job_isolation_pct,
+                      "actions": [[action, d.job]]},
+            confidence=0.6, event_ts=float(d.event_ts), detected_ts=t, detector="guard",
+            summary=summary[:4096])
+        s.seen[did] = t  # feeding it back must not act twice
+        s.issued[(d.job, action, d.job)] = t
+        cmd = IsolationCommand(id=IsolationCommand.make_id(did, action, d.job), job=d.job,
+                               action=action, target=d.job, reason=summary[:4096],
+                               diagnosis_id=did, issued_at=t)
+        return diag, cmd
+
+    def _prune(self) -> None:
+        """Forget what is older than ``memory_s`` behind the watermark (run every memory_s/8
+        of event time, so the cost is amortised; entries that old are outside every window)."""
+        s, horizon = self._s, self._s.watermark - self.config.memory_s
+        s.pruned_at = s.watermark
+        s.seen = {k: v for k, v in s.seen.items() if v >= horizon}
+        s.isolations = [x for x in s.isolations if x[0] >= horizon]
+        s.issued = {k: v for k, v in s.issued.items() if v >= horizon}
+        s.systemic = {k: v for k, v in s.systemic.items() if v >= horizon}
+
+    # -- state -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON/msgpack-ready state (sorted, so equal states give equal snapshots)."""
+        s = self._s
+        return {"v": SNAPSHOT_VERSION, "watermark": s.watermark, "pruned_at": s.pruned_at,
+                "seen": sorted([k, v] for k, v in s.seen.items()),
+                "isolations": sorted([ts, job, h] for ts, job, h in s.isolations),
+                "issued": sorted([*k, v] for k, v in s.issued.items()),
+                "systemic": sorted([k, v] for k, v in s.systemic.items()),
+                "job_sizes": dict(sorted(self._sizes.items()))}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Replace the state with a :meth:`snapshot`."""
+        if state.get("v") != SNAPSHOT_VERSION:
+            raise ConfigError(f"guard: snapshot version {state.get('v')!r} not supported "
+                              f"(reads {SNAPSHOT_VERSION})")
+        self._s = _State(
+            seen={str(k): float(v) for k, v in state["seen"]},
+            isolations=sorted((float(ts), str(j), str(h)) for ts, j, h in state["isolations"]),
+            issued={(str(j), str(a), str(tg)): float(v) for j, a, tg, v in state["issued"]},
+            systemic={str(k): float(v) for k, v in state["systemic"]},
+            watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))
+        self._sizes = {str(k): int(v) for k, v in state.get("job_sizes", {}).items()}
