@@ -170,7 +170,7 @@ class RankSnapshot:
     comm: str  # communicator hash, 16 hex digits
     comm_size: int
     rank: int
-    gpu: int  # local GPU index on the host
+    gpu: int  # local GPU index on the host, -1 when the plugin could not tell
     ops: tuple[OpCounters, ...]
     pending_peers: tuple[int, ...] = ()  # peer ranks with posted-but-uncompleted WRs
     last_event_ts: float = 0.0  # event time of this rank's latest profiler event
@@ -206,7 +206,7 @@ class RankSnapshot:
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < size:
                 raise ValidationError(r, "pending", p, f"not a rank in [0, {size})")
         return cls(comm=f.text(r, d, "comm", max_len=64), comm_size=size, rank=rank,
-                   gpu=f.integer(r, d, "gpu"),
+                   gpu=f.integer(r, d, "gpu", minimum=-1),
                    ops=tuple(OpCounters.from_wire(o) for o in f.sequence(r, d, "ops")),
                    pending_peers=tuple(pending),
                    last_event_ts=f.number(r, d, "last", optional=True, minimum=0) or 0.0)

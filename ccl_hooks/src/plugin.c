@@ -1,0 +1,153 @@
+/*
+ * Exported NCCL profiler tables: ncclProfiler_v4 (NCCL 2.27) and ncclProfiler_v5
+ * (NCCL 2.28 and later, whose loader prefers it). Both adapt their descriptors to
+ * struct acc_descr and share the handlers in events.c. Aegis §4.2 (CL/WR/WC), §5.2 (TD/N).
+ *
+ * Every entry point returns ncclSuccess except init on bad arguments or out of memory,
+ * which makes NCCL run that communicator without the plugin (plugins/profiler/README.md,
+ * "Error codes"). Nothing here blocks, allocates or logs after init.
+ */
+#include <string.h>
+
+#include "state.h"
+
+#define ACC_EXPORT __attribute__((visibility("default")))
+
+static const int acc_default_mask =
+    ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp | ncclProfileProxyStep |
+    ncclProfileKernelCh;
+
+static ncclResult_t acc_init_common(void** context, int* mask, const char* name, uint64_t hash,
+                                    int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+  if (context == NULL) return ncclInvalidArgument;
+  *context = NULL;
+  if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  struct acc_comm* c = acc_comm_new(hash, nranks, rank, nnodes, name, log);
+  if (c == NULL) return ncclSystemError;
+  if (acc_register(c) != 0) {
+    acc_comm_free(c);
+    return ncclSystemError;
+  }
+  if (mask != NULL) *mask = acc_env_int("AEGIS_CCL_EVENT_MASK", acc_default_mask, 0, 0x7fffffff);
+  *context = c;
+  if (log != NULL)
+    log(NCCL_LOG_INFO, AEGIS_NCCL_INIT_SUBSYS, __FILE__, __LINE__,
+        "AEGIS/CCL: profiling comm %s hash 0x%016lx rank %d/%d local gpu %d",
+        c->name[0] ? c->name : "-", (unsigned long)hash, rank, nranks, (int)c->local_gpu);
+  return ncclSuccess;
+}
+
+static ncclResult_t acc_finalize(void* context) {
+  struct acc_comm* c = context;
+  if (c == NULL) return ncclSuccess;
+  acc_unregister(c);
+  acc_comm_free(c);
+  return ncclSuccess;
+}
+
+static ncclResult_t acc_stop_event(void* handle) {
+  acc_stop(handle);
+  return ncclSuccess;
+}
+
+/* ---- v4 ---- */
+
+static ncclResult_t acc_init_v4(void** context, int* mask, const char* name, uint64_t hash,
+                                int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+  return acc_init_common(context, mask, name, hash, nnodes, nranks, rank, log);
+}
+
+static ncclResult_t acc_start_v4(void* context, void** handle, ncclProfilerEventDescr_v4_t* d) {
+  if (handle == NULL) return ncclSuccess;
+  *handle = NULL;
+  if (d == NULL) return ncclSuccess;
+  struct acc_descr a;
+  memset(&a, 0, sizeof(a));
+  a.type = d->type;
+  a.parent = d->parentObj;
+  switch (d->type) {
+    case ncclProfileColl:
+      a.func = d->coll.func;
+      a.nch = d->coll.nChannels;
+      break;
+    case ncclProfileP2p:
+      a.func = d->p2p.func;
+      a.nch = d->p2p.nChannels;
+      break;
+    case ncclProfileProxyOp:
+      a.pid = d->proxyOp.pid;
+      a.peer = d->proxyOp.peer;
+      a.is_send = d->proxyOp.isSend;
+      break;
+    case ncclProfileKernelCh:
+      a.ptimer = d->kernelCh.pTimer;
+      break;
+    default:
+      break;
+  }
+  acc_start(context, handle, &a);
+  return ncclSuccess;
+}
+
+static ncclResult_t acc_record_v4(void* handle, ncclProfilerEventState_v4_t state,
+                                  ncclProfilerEventStateArgs_v4_t* args) {
+  uint64_t ptimer = 0;
+  if (state == ncclProfilerKernelChStop && args != NULL) ptimer = args->kernelCh.pTimer;
+  acc_record(handle, (int)state, ptimer);
+  return ncclSuccess;
+}
+
+ACC_EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
+    "aegis-ccl", acc_init_v4, acc_start_v4, acc_stop_event, acc_record_v4, acc_finalize,
+};
+
+/* ---- v5 ---- */
+
+static ncclResult_t acc_init_v5(void** context, uint64_t comm_id, int* mask, const char* name,
+                                int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+  return acc_init_common(context, mask, name, comm_id, nnodes, nranks, rank, log);
+}
+
+static ncclResult_t acc_start_v5(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) {
+  if (handle == NULL) return ncclSuccess;
+  *handle = NULL;
+  if (d == NULL) return ncclSuccess;
+  struct acc_descr a;
+  memset(&a, 0, sizeof(a));
+  a.type = d->type;
+  a.parent = d->parentObj;
+  switch (d->type) {
+    case ncclProfileColl:
+      a.func = d->coll.func;
+      a.nch = d->coll.nChannels;
+      break;
+    case ncclProfileP2p:
+      a.func = d->p2p.func;
+      a.nch = d->p2p.nChannels;
+      break;
+    case ncclProfileProxyOp:
+      a.pid = d->proxyOp.pid;
+      a.peer = d->proxyOp.peer;
+      a.is_send = d->proxyOp.isSend;
+      break;
+    case ncclProfileKernelCh:
+      a.ptimer = d->kernelCh.pTimer;
+      break;
+    default:
+      break;
+  }
+  acc_start(context, handle, &a);
+  return ncclSuccess;
+}
+
+static ncclResult_t acc_record_v5(void* handle, ncclProfilerEventState_v5_t state,
+                                  ncclProfilerEventStateArgs_v5_t* args) {
+  uint64_t ptimer = 0;
+  if (state == ncclProfilerKernelChStop && args != NULL) ptimer = args->kernelCh.pTimer;
+  acc_record(handle, (int)state, ptimer);
+  return ncclSuccess;
+}
+
+ACC_EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {
+    "aegis-ccl", acc_init_v5, acc_start_v5, acc_stop_event, acc_record_v5, acc_finalize,
+};
