@@ -1,0 +1,200 @@
+"""Per-communicator bookkeeping shared by the Phase-2 CCL detectors (Aegis §4.2, §5.2).
+
+- :class:`CommRoster` learns who each communicator rank is (host, local GPU, and so NIC i on
+  rail i) from the CCLRecords themselves, with the peers its outstanding work requests go to.
+- :func:`localise` is RootDiag over a set of troubled ranks (Aegis Phase 1 RootDiag, §4.2
+  "NetDiag on the sources and destinations of its outstanding requests"): the endpoint that is
+  common to the troubled connections is the suspect; one pair is named as a pair.
+- :func:`links_for` turns a localisation into link culprits (``h3/nic2<->tor-r2``).
+
+Plain state only; ``to_wire``/``from_wire`` give msgpack/JSON-able lists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from processors.core.base import link_id, nic_id
+from schemas.inventory import Inventory
+from schemas.records import RankSnapshot
+
+TorOf = Callable[[str, int], str]
+
+
+@dataclass(slots=True)
+class Member:
+    """One rank of a communicator as last reported: where it runs and whom it waits on."""
+
+    host: str
+    gpu: int
+    peers: tuple[int, ...]  # peer ranks with posted-but-uncompleted WRs at the last report
+    seen_ts: float  # record time of the last report
+
+
+class CommRoster:
+    """Rank → (host, GPU) per communicator, bounded to ``max_comms`` communicators."""
+
+    def __init__(self, max_comms: int, max_peers: int) -> None:
+        self.max_comms, self.max_peers = max_comms, max_peers
+        self.sizes: dict[str, int] = {}
+        self.members: dict[str, dict[int, Member]] = {}
+        self.last_seen: dict[str, float] = {}
+        self.by_gpu: dict[tuple[str, int], dict[str, int]] = {}  # (host, gpu) -> comm -> rank
+
+    def learn(self, host: str, ts: float, snap: RankSnapshot) -> tuple[str, str, str | None]:
+        """Record one rank's report. Returns (refusal reason or "", detail, evicted comm)."""
+        comm, rank = snap.comm, snap.rank
+        size = self.sizes.get(comm)
+        if size is not None and size != snap.comm_size:
+            return "comm_size_mismatch", f"comm {comm} size {snap.comm_size} != {size}", None
+        if not 0 <= rank < snap.comm_size:
+            return "rank_out_of_range", f"comm {comm} rank {rank} size {snap.comm_size}", None
+        m = self.members.get(comm, {}).get(rank)
+        if m is not None and ts < m.seen_ts:
+            return "late", f"comm {comm} rank {rank} at {ts} after {m.seen_ts}", None
+        evicted = None
+        if size is None:
+            if len(self.sizes) >= self.max_comms:
+                evicted = min(self.last_seen, key=lambda c: (self.last_seen[c], c))
+                self.forget(evicted)
+            self.sizes[comm], self.members[comm] = snap.comm_size, {}
+        peers = tuple(sorted({p for p in snap.pending_peers if p != rank}))[: self.max_peers]
+        if m is None or (m.host, m.gpu) != (host, snap.gpu):
+            if m is not None:
+                self._unindex(comm, m)
+            self.members[comm][rank] = Member(host, snap.gpu, peers, ts)
+            self.by_gpu.setdefault((host, snap.gpu), {})[comm] = rank
+        else:
+            m.peers, m.seen_ts = peers, ts
+        self.last_seen[comm] = max(ts, self.last_seen.get(comm, ts))
+        return "", "", evicted
+
+    def _unindex(self, comm: str, m: Member) -> None:
+        idx = self.by_gpu.get((m.host, m.gpu))
+        if idx is not None:
+            idx.pop(comm, None)
+            if not idx:
+                del self.by_gpu[(m.host, m.gpu)]
+
+    def forget(self, comm: str) -> None:
+        for m in self.members.pop(comm, {}).values():
+            self._unindex(comm, m)
+        self.sizes.pop(comm, None)
+        self.last_seen.pop(comm, None)
+
+    def stale(self, before: float) -> list[str]:
+        """Communicators with no report at or after ``before``."""
+        return sorted(c for c, t in self.last_seen.items() if t < before)
+
+    def place(self, comm: str, rank: int) -> Member | None:
+        return self.members.get(comm, {}).get(rank)
+
+    def comms_of(self, host: str, gpu: int) -> dict[str, int]:
+        """Every communicator this GPU is in, with its rank there."""
+        return self.by_gpu.get((host, gpu), {})
+
+    def to_wire(self) -> list[Any]:
+        return [[c, self.sizes[c], self.last_seen[c],
+                 [[r, m.host, m.gpu, list(m.peers), m.seen_ts] for r, m in sorted(ms.items())]]
+                for c, ms in sorted(self.members.items())]
+
+    @classmethod
+    def from_wire(cls, rows: Sequence[Any], max_comms: int, max_peers: int) -> CommRoster:
+        ro = cls(max_comms, max_peers)
+        for comm, size, seen, members in rows:
+            ro.sizes[comm], ro.last_seen[comm], ro.members[comm] = int(size), float(seen), {}
+            for r, host, gpu, peers, ts in members:
+                ro.members[comm][int(r)] = Member(host, int(gpu), tuple(peers), float(ts))
+                ro.by_gpu.setdefault((host, int(gpu)), {})[comm] = int(r)
+        return ro
+
+
+@dataclass(frozen=True, slots=True)
+class Localisation:
+    """RootDiag's answer: ``endpoint`` (one rank common to every troubled connection, or the
+    only troubled rank), ``ring`` (two ring neighbours, no peers known: the downstream one),
+    ``pair`` (one connection), or ``scattered`` (no common endpoint)."""
+
+    how: str
+    suspects: tuple[int, ...]  # ranks whose NIC is suspect (endpoint; scattered w/o peers)
+    pairs: tuple[tuple[int, int], ...]  # troubled connections, as sorted rank pairs
+
+
+def localise(troubled: Iterable[int], peers: Mapping[int, Sequence[int]],
+             ring_size: int = 0) -> Localisation:
+    """Aegis RootDiag: if Gj is the root cause, connections from and to Gj are the troubled
+    ones, so the rank touching every troubled connection is the suspect.
+
+    With no peers known and exactly two troubled ranks a, a+1 (mod ``ring_size``, when given)
+    the ring heuristic applies: a's requests go into a+1 and a+1's go out of it, so a+1's NIC
+    is the common endpoint (``ring``; assumes the ring follows rank order)."""
+    bad = sorted(set(troubled))
+    pairs = sorted({(min(r, p), max(r, p)) for r in bad for p in peers.get(r, ()) if p != r})
+    if not pairs:
+        if len(bad) == 1:
+            return Localisation("endpoint", tuple(bad), ())
+        if len(bad) == 2 and ring_size > 2:
+            a, b = bad
+            if (b - a) % ring_size == 1:
+                return Localisation("ring", (b,), ((a, b),))
+            if (a - b) % ring_size == 1:
+                return Localisation("ring", (a,), ((a, b),))
+        return Localisation("scattered", tuple(bad), ())
+    if len(pairs) == 1 and set(bad) <= set(pairs[0]):
+        return Localisation("pair", (), tuple(pairs))
+    nodes = sorted({n for e in pairs for n in e})
+    common = [n for n in nodes if all(n in e for e in pairs)
+              and all(r == n or n in peers.get(r, ()) for r in bad)]
+    if len(common) == 1:
+        return Localisation("endpoint", (common[0],), tuple(pairs))
+    degree = {n: sum(n in e for e in pairs) for n in nodes}
+    top = sorted(nodes, key=lambda n: (-degree[n], n))
+    if degree[top[0]] >= 2 and degree[top[0]] > degree[top[1]] and 2 * degree[top[0]] > len(pairs):
+        return Localisation("endpoint", (top[0],), tuple(pairs))
+    return Localisation("scattered", tuple(r for r in bad if not peers.get(r)), tuple(pairs))
+
+
+def tor_lookup(inventory: Inventory | None) -> TorOf:
+    """ToR switch of NIC ``gpu`` on ``host`` (GPU i uses NIC i, rail i); "tor" if unknown."""
+    def tor_of(host: str, gpu: int) -> str:
+        hi = inventory.hosts.get(host) if inventory is not None else None
+        return hi.tor[gpu] if hi is not None and 0 <= gpu < len(hi.tor) and hi.tor[gpu] else "tor"
+    return tor_of
+
+
+def links_for(loc: Localisation, roster: CommRoster, comm: str, tor_of: TorOf,
+              max_links: int) -> tuple[list[str], list[str], list[str]]:
+    """(links, hosts, suspect NICs) for a localisation in ``comm``: a suspect rank's
+    NIC↔ToR link, or the NIC↔NIC link of a troubled pair. Unknown ranks are skipped."""
+    links: list[str] = []
+    hosts: set[str] = set()
+    nics: list[str] = []
+    for r in loc.suspects:
+        m = roster.place(comm, r)
+        if m is not None:
+            nics.append(nic_id(m.host, m.gpu))
+            links.append(link_id(nic_id(m.host, m.gpu), tor_of(m.host, m.gpu)))
+            hosts.add(m.host)
+    if loc.how in ("pair", "scattered"):
+        for a, b in loc.pairs:
+            ma, mb = roster.place(comm, a), roster.place(comm, b)
+            known = [m for m in (ma, mb) if m is not None]
+            if len(known) == 2:
+                links.append(link_id(nic_id(known[0].host, known[0].gpu),
+                                     nic_id(known[1].host, known[1].gpu)))
+            elif known:
+                links.append(link_id(nic_id(known[0].host, known[0].gpu),
+                                     tor_of(known[0].host, known[0].gpu)))
+            hosts.update(m.host for m in known)
+    uniq = sorted(set(links))[:max_links]
+    return uniq, sorted(hosts), sorted(set(nics))
+
+
+def bad_number(x: float) -> str:
+    """Rejection reason for a duration/latency value, or "" if it is usable."""
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        return "not_finite"
+    return "negative" if x < 0 else ""

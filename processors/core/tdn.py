@@ -1,0 +1,361 @@
+"""Procedure-aware degradation rules TD/N (Aegis §5.2) over one job's CCLRecords.
+
+For each communicator, collective kind Ci and launch (iteration) k, every rank reports TD(i,j,k),
+the op's duration, and N(i,j,k), the mean completion latency of its last L=5 work requests.
+Values are buffered per (communicator, op, seq) until every rank's value is in, or until
+``seq_timeout_s``; then, with at least ``min_ranks`` values and TD(i,k), N(i,k) the means
+over the ranks:
+
+- TD(i,j,k) < α·TD(i,k): Gj arrives last and waits least, slow compute (``td_short``);
+- N(i,j,k) > β·N(i,k): Gj's work requests are slow, slow network (``n_high``); the group of
+  degraded ranks is localised like RootDiag (ccl_state.localise), one rank alone names its
+  NIC↔ToR link.
+
+A rule must hold for ``persist`` consecutive evaluations spanning ``persist_window_s`` before
+it fires: loose on purpose so passing congestion never isolates. A GPU that is short in one
+communicator but waits on another communicator's slow rank is a victim and is not named.
+One diagnosis per culprit and incident, ``event_ts`` = the first violating iteration; an
+incident re-arms after ``persist`` clean evaluations. Contract: processors/core/base.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
+from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
+from schemas.errors import ConfigError
+from schemas.inventory import Inventory
+from schemas.records import CCLRecord
+
+DETECTOR = "ccl_tdn"
+
+
+@dataclass(frozen=True, slots=True)
+class TDNConfig:
+    """Parameters of the §5.2 rules; seconds of event time."""
+
+    alpha: float = 0.8  # TD(i,j,k) < alpha * TD(i,k): slow compute
+    beta: float = 1.5  # N(i,j,k) > beta * N(i,k): slow network
+    window_wrs: int = 5  # L, work requests in the plugin's N (reported in evidence)
+    persist: int = 5  # consecutive violating evaluations before a rule fires
+    persist_window_s: float = 10.0  # ... spanning at least this much event time
+    min_ranks: int = 4  # fewer ranks with a value in an iteration: not compared
+    seq_timeout_s: float = 5.0  # an incomplete iteration is evaluated after this long
+    seq_bucket: int = 1  # launches compared together: 1 = exact iterations; raise it when the
+    # plugin samples launches that are not aligned across hosts (seq // seq_bucket is the key)
+    sweep_interval_s: float = 1.0  # how often timed-out iterations are looked for
+    forget_s: float = 600.0  # a communicator with no report this long is dropped
+    max_comms: int = 65536
+    max_ops: int = 16  # collective kinds per communicator
+    max_pending_seqs: int = 32  # buffered iterations per (communicator, op); oldest dropped
+    max_peers: int = 64
+    max_links: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
+                or self.seq_bucket < 1:
+            raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
+                              "seq_bucket >= 1")
+        if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
+                self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
+                                                  self.max_links, self.max_pending_seqs) < 1:
+            raise ConfigError("tdn: durations >= 0, sweep_interval_s > 0, limits >= 1")
+
+
+@dataclass(slots=True)
+class _Streak:
+    """One rank's run of violations of one rule in one (communicator, op)."""
+
+    count: int = 0  # consecutive violating evaluations
+    first_seq: int = 0
+    first_ts: float = 0.0
+    clean: int = 0  # consecutive clean evaluations
+    fired: str = ""  # incident key while fired; "" when armed
+
+    def wire(self) -> list[Any]:
+        return [self.count, self.first_seq, self.first_ts, self.clean, self.fired]
+
+
+@dataclass(slots=True)
+class _OpState:
+    size: int
+    pending: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(
+        default_factory=dict)  # seq -> (first record ts, TD by rank, N by rank)
+    last_seq: dict[int, int] = field(default_factory=dict)
+    done_upto: int = 0
+    streaks: dict[str, dict[int, _Streak]] = field(
+        default_factory=lambda: {"td_short": {}, "n_high": {}})
+
+
+class TDNDetector:
+    """Aegis §5.2 TD/N rules over one job's CCLRecords."""
+
+    name = DETECTOR
+
+    def __init__(self, job: str, config: TDNConfig | None = None,
+                 inventory: Inventory | None = None) -> None:
+        self.job = job
+        self.cfg = cfg = config if config is not None else TDNConfig()
+        self.roster = CommRoster(cfg.max_comms, cfg.max_peers)
+        self.ops: dict[str, dict[str, _OpState]] = {}  # comm -> op kind -> state
+        self.incidents: dict[str, list[str]] = {}  # culprit key -> "comm|op|rule|rank" fired
+        self.watermark = 0.0
+        self.next_sweep = 0.0
+        self.tor_of = tor_lookup(inventory)
+
+    # ---- input ---------------------------------------------------------------------------
+    def observe(self, rec: CCLRecord) -> Outputs:
+        out = Outputs()
+        if rec.job is not None and rec.job != self.job:
+            return self._reject(out, rec.host, "wrong_job", f"record of job {rec.job}", rec.ts)
+        self.watermark = max(self.watermark, rec.ts)
+        touched: list[tuple[str, str]] = []
+        for snap in rec.ranks:
+            reason, detail, evicted = self.roster.learn(rec.host, rec.ts, snap)
+            if evicted is not None:
+                self._drop(evicted)
+                self._reject(out, rec.host, "comm_evicted", f"comm {evicted} (max_comms)", rec.ts)
+            if reason:
+                self._reject(out, rec.host, reason, detail, rec.ts)
+                continue
+            for o in snap.ops:
+                where = f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
+                bad = bad_number(o.td_us) or bad_number(o.n_us)
+                if bad:
+                    self._reject(out, rec.host, bad, f"{where}: td_us={o.td_us} n_us={o.n_us}",
+                                 rec.ts)
+                elif o.seq > 0 and self._add(out, rec, snap.comm, snap.comm_size, snap.rank, o.op,
+                                             o.seq, float(o.td_us), float(o.n_us), where):
+                    touched.append((snap.comm, o.op))
+        for comm, op in dict.fromkeys(touched):
+            st = self.ops.get(comm, {}).get(op)
+            if st is not None:
+                self._expire(out, comm, op, st)
+        return out.extend(self._tick(rec.ts))
+
+    def _add(self, out: Outputs, rec: CCLRecord, comm: str, size: int, rank: int, op: str,
+             seq: int, td: float, n: float, where: str) -> bool:
+        by_op = self.ops.setdefault(comm, {})
+        st = by_op.get(op)
+        if st is None:
+            if len(by_op) >= self.cfg.max_ops:
+                self._reject(out, rec.host, "too_many_ops", where, rec.ts)
+                return False
+            st = by_op[op] = _OpState(size)
+        last = st.last_seq.get(rank, 0)
+        if seq == last:
+            return False  # the same finished launch reported again
+        if seq < last:
+            self._reject(out, rec.host, "seq_backwards", f"{where} after seq {last}", rec.ts)
+            return False
+        st.last_seq[rank] = seq
+        seq //= self.cfg.seq_bucket  # from here on: the comparison bucket
+        if seq == last // self.cfg.seq_bucket and seq not in st.pending:
+            return False  # a later launch of a bucket this rank already gave a value to
+        if seq <= st.done_upto and seq not in st.pending:
+            self._reject(out, rec.host, "late", f"{where}: iteration already evaluated", rec.ts)
+            return False
+        if seq not in st.pending and len(st.pending) >= self.cfg.max_pending_seqs:
+            old = min(st.pending)
+            del st.pending[old]
+            st.done_upto = max(st.done_upto, old)
+            self._reject(out, rec.host, "seq_buffer_full",
+                         f"comm {comm} op {op}: dropped iteration {old}", rec.ts)
+        buf = st.pending.setdefault(seq, (rec.ts, {}, {}))
+        buf[1][rank], buf[2][rank] = td, n
+        if len(buf[1]) >= st.size:
+            self._close_upto(out, comm, op, st, seq)
+        return True
+
+    def advance(self, now: float) -> Outputs:
+        self.watermark = max(self.watermark, now)
+        return self._tick(now)
+
+    def _tick(self, now: float) -> Outputs:
+        out = Outputs()
+        if self.watermark < self.next_sweep:
+            return out
+        self.next_sweep = self.watermark + self.cfg.sweep_interval_s
+        for comm in self.roster.stale(self.watermark - self.cfg.forget_s):
+            self._drop(comm)
+        for comm, by_op in sorted(self.ops.items()):
+            for op, st in sorted(by_op.items()):
+                if st.pending:
+                    self._expire(out, comm, op, st)
+        return out
+
+    def _expire(self, out: Outputs, comm: str, op: str, st: _OpState) -> None:
+        due = [s for s, b in st.pending.items() if self.watermark - b[0] >= self.cfg.seq_timeout_s]
+        if due:
+            self._close_upto(out, comm, op, st, max(due))
+
+    def _close_upto(self, out: Outputs, comm: str, op: str, st: _OpState, seq: int) -> None:
+        """Evaluate every buffered iteration up to ``seq``, oldest first (streaks are ordered)."""
+        for s in sorted(k for k in st.pending if k <= seq):
+            ts, td, n = st.pending.pop(s)
+            self._evaluate(out, comm, op, st, s, ts, td, n)
+        st.done_upto = max(st.done_upto, seq)
+
+    # ---- the two rules -------------------------------------------------------------------
+    def _evaluate(self, out: Outputs, comm: str, op: str, st: _OpState, seq: int, ts: float,
+                  td: dict[int, float], n: dict[int, float]) -> None:
+        cfg = self.cfg
+        for rule, values in (("td_short", td), ("n_high", n)):
+            vals = {r: v for r, v in values.items() if v > 0}
+            if len(vals) < cfg.min_ranks:
+                continue
+            mean = sum(vals.values()) / len(vals)
+            streaks = st.streaks[rule]
+            for r in sorted(vals):
+                ratio = vals[r] / mean
+                s = streaks.setdefault(r, _Streak())
+                if ratio < cfg.alpha if rule == "td_short" else ratio > cfg.beta:
+                    if s.count == 0:
+                        s.first_seq, s.first_ts = seq, ts
+                    s.count, s.clean = s.count + 1, 0
+                else:
+                    s.count, s.clean = 0, s.clean + 1
+                    if s.fired and s.clean >= cfg.persist:
+                        self._unfire(f"{comm}|{op}|{rule}|{r}", s)
+            for r in sorted(vals):
+                s = streaks[r]
+                if not s.fired and s.count >= cfg.persist and ts - s.first_ts >= cfg.persist_window_s:
+                    if rule == "td_short":
+                        self._slow_compute(out, comm, op, st, r, vals[r], mean, ts)
+                    else:
+                        self._slow_network(out, comm, op, st, vals, mean, ts)
+
+    def _slow_compute(self, out: Outputs, comm: str, op: str, st: _OpState, rank: int,
+                      td: float, mean: float, ts: float) -> None:
+        m = self.roster.place(comm, rank)
+        if m is None or self._victim(comm, m.host, m.gpu):
+            return
+        s, gid = st.streaks["td_short"][rank], gpu_id(m.host, m.gpu)
+        key = f"slow_compute|{gid}"
+        if self._join(key, f"{comm}|{op}|td_short|{rank}", s):
+            ev = {"actions": [["isolate_gpu", gid]], "comm": comm, "op": op, "rank": rank,
+                  "first_seq": s.first_seq * self.cfg.seq_bucket, "td_us": td, "td_mean_us": mean,
+                  "ratio": td / mean, "alpha": self.cfg.alpha, "persist": self.cfg.persist,
+                  "violations": s.count}
+            out.diagnoses.append(make_diagnosis(
+                job=self.job, kind="slow_compute", detector=DETECTOR, rule="td_short",
+                event_ts=s.first_ts, detected_ts=ts, hosts=[m.host], gpus=[gid], evidence=ev,
+                confidence=0.8,
+                summary=f"{gid} finishes {op} in {td / mean:.2f}x the communicator's mean time "
+                        f"for {s.count} iterations: it arrives last (slow compute)"))
+
+    def _victim(self, comm: str, host: str, gpu: int) -> bool:
+        """The GPU waits, unflagged, on a flagged slow rank in another communicator."""
+        for c, r in self.roster.comms_of(host, gpu).items():
+            if c == comm:
+                continue
+            for st in self.ops.get(c, {}).values():
+                streaks = st.streaks["td_short"]
+                mine = streaks.get(r)
+                if mine is not None and mine.count == 0 and any(
+                        x.count >= 1 for rr, x in streaks.items() if rr != r):
+                    return True
+        return False
+
+    def _slow_network(self, out: Outputs, comm: str, op: str, st: _OpState,
+                      vals: dict[int, float], mean: float, ts: float) -> None:
+        streaks = st.streaks["n_high"]
+        group = sorted(r for r, x in streaks.items() if x.count >= max(1, self.cfg.persist // 2))
+        if not group:
+            return
+        peers = {} if len(group) == 1 else {r: m.peers for r in group
+                                            if (m := self.roster.place(comm, r)) is not None}
+        loc = localise(group, peers, st.size)
+        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, self.cfg.max_links)
+        if not links:
+            return
+        key = "slow_network|" + ",".join(links)
+        new = False
+        for r in group:
+            if not streaks[r].fired:
+                new = self._join(key, f"{comm}|{op}|n_high|{r}", streaks[r]) or new
+        if not new:
+            return
+        first = min(streaks[r].first_ts for r in group)
+        ev = {"actions": [["run_netdiag", link] for link in links], "comm": comm, "op": op,
+              "localised": loc.how, "suspect_nics": nics, "degraded_ranks": group,
+              "n_us": {str(r): vals[r] for r in group if r in vals}, "n_mean_us": mean,
+              "beta": self.cfg.beta, "window_wrs": self.cfg.window_wrs,
+              "persist": self.cfg.persist, "pairs": [list(p) for p in loc.pairs[:32]]}
+        out.diagnoses.append(make_diagnosis(
+            job=self.job, kind="slow_network", detector=DETECTOR, rule="n_high",
+            event_ts=first, detected_ts=ts, hosts=hosts, links=links, evidence=ev,
+            confidence={"endpoint": 0.75, "ring": 0.65}.get(loc.how, 0.6),
+            summary=f"work requests of {len(group)} rank(s) in communicator {comm} ({op}) "
+                    f"take over {self.cfg.beta}x the mean; suspect {', '.join(links)}"))
+
+    # ---- incidents -----------------------------------------------------------------------
+    def _join(self, key: str, tid: str, s: _Streak) -> bool:
+        """Attach a fired streak to its incident; True if the incident is new."""
+        s.fired = key
+        ids = self.incidents.get(key)
+        if ids is None:
+            self.incidents[key] = [tid]
+            return True
+        if tid not in ids:
+            ids.append(tid)
+        return False
+
+    def _unfire(self, tid: str, s: _Streak) -> None:
+        ids = self.incidents.get(s.fired)
+        if ids is not None:
+            if tid in ids:
+                ids.remove(tid)
+            if not ids:
+                del self.incidents[s.fired]
+        s.fired = ""
+
+    def _drop(self, comm: str) -> None:
+        self.roster.forget(comm)
+        self.ops.pop(comm, None)
+        for key, ids in list(self.incidents.items()):
+            ids[:] = [t for t in ids if not t.startswith(comm + "|")]
+            if not ids:
+                del self.incidents[key]
+
+    def _reject(self, out: Outputs, host: str, reason: str, detail: str, ts: float) -> Outputs:
+        out.rejections.append(Rejection(DETECTOR, self.job, host, reason, detail, ts))
+        return out
+
+    # ---- state ---------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Plain msgpack/JSON-able state."""
+        ops = [[c, op, st.size, st.done_upto, [[r, s] for r, s in sorted(st.last_seq.items())],
+                [[s, ts, [[r, v] for r, v in sorted(td.items())],
+                  [[r, v] for r, v in sorted(n.items())]]
+                 for s, (ts, td, n) in sorted(st.pending.items())],
+                {rule: [[r, *x.wire()] for r, x in sorted(xs.items())]
+                 for rule, xs in st.streaks.items()}]
+               for c, by_op in sorted(self.ops.items()) for op, st in sorted(by_op.items())]
+        return {"v": 1, "job": self.job, "watermark": self.watermark,
+                "next_sweep": self.next_sweep, "roster": self.roster.to_wire(), "ops": ops,
+                "incidents": [[k, list(v)] for k, v in sorted(self.incidents.items())]}
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], job: str, config: TDNConfig | None = None,
+                inventory: Inventory | None = None) -> TDNDetector:
+        if state.get("v") != 1:
+            raise ConfigError(f"tdn snapshot v{state.get('v')} not readable (reads v1)")
+        det = cls(job, config, inventory)
+        det.watermark, det.next_sweep = float(state["watermark"]), float(state["next_sweep"])
+        det.roster = CommRoster.from_wire(state["roster"], det.cfg.max_comms, det.cfg.max_peers)
+        for comm, op, size, done, last, pending, streaks in state["ops"]:
+            st = _OpState(int(size), done_upto=int(done),
+                          last_seq={int(r): int(s) for r, s in last})
+            st.pending = {int(s): (float(ts), {int(r): float(v) for r, v in td},
+                                   {int(r): float(v) for r, v in n})
+                          for s, ts, td, n in pending}
+            st.streaks = {rule: {int(r): _Streak(int(c), int(fs), float(ft), int(cl), str(f))
+                                 for r, c, fs, ft, cl, f in xs}
+                          for rule, xs in streaks.items()}
+            det.ops.setdefault(comm, {})[op] = st
+        det.incidents = {k: list(v) for k, v in state["incidents"]}
+        return det

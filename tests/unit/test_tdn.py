@@ -1,0 +1,174 @@
+"""Aegis §5.2 TD/N rules over the synthetic job of test_alignment."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgpack
+import pytest
+
+from processors.core.alignment import AlignmentDetector
+from processors.core.base import Outputs
+from processors.core.tdn import TDNConfig, TDNDetector
+from schemas.errors import ConfigError
+from schemas.records import CCLRecord, OpCounters, RankSnapshot
+from tests.unit.test_alignment import JOB, SynthJob
+
+
+def run(det: TDNDetector, job: SynthJob, steps: int, out: Outputs | None = None) -> Outputs:
+    out = out if out is not None else Outputs()
+    for _ in range(steps):
+        for rec in job.step():
+            out.extend(det.observe(rec))
+        out.extend(det.advance(job.t))
+    return out
+
+
+@pytest.mark.parametrize("host, gpu, factor", [(3, 2, 1.15), (0, 7, 1.3), (15, 0, 1.1)])
+def test_slow_gpu_is_named_alone(host: int, gpu: int, factor: float) -> None:
+    job, det = SynthJob(seed=host), TDNDetector(JOB)
+    assert not run(det, job, 10).diagnoses
+    job.slow[(host, gpu)] = factor
+    start = job.t + 1
+    out = run(det, job, 60)
+    assert [d.kind for d in out.diagnoses] == ["slow_compute"]
+    d = out.diagnoses[0]
+    gid = f"h{host:04d}/gpu{gpu}"
+    assert d.culprits.gpus == (gid,)
+    assert d.evidence["actions"] == [["isolate_gpu", gid]]
+    assert d.evidence["rule"] == "td_short" and d.evidence["ratio"] < 0.8
+    assert d.event_ts == start  # the first violating iteration
+    assert d.detected_ts - start <= 20
+
+
+@pytest.mark.parametrize("inventory, peers, link", [
+    (False, True, "h0005/nic3<->tor"), (True, True, "h0005/nic3<->tor-r3-0"),
+    (False, False, "h0005/nic3<->tor")])  # no peers known: ring neighbours h4 -> h5
+def test_slow_link_names_the_nic(inventory: bool, peers: bool, link: str) -> None:
+    job = SynthJob()
+    job.link_peers = peers
+    det = TDNDetector(JOB, inventory=job.inventory() if inventory else None)
+    run(det, job, 10)
+    job.slow_links[(5, 3)] = 3.0
+    out = run(det, job, 60)
+    assert [d.kind for d in out.diagnoses] == ["slow_network"]
+    d = out.diagnoses[0]
+    assert d.culprits.links == (link,)
+    assert d.evidence["actions"] == [["run_netdiag", link]]
+    assert d.evidence["suspect_nics"] == ["h0005/nic3"]
+
+
+def test_single_degraded_rank_names_its_tor_link() -> None:
+    job, det = SynthJob(), TDNDetector(JOB)
+    run(det, job, 10)
+    job.slow_links[(9, 1)] = 1.0  # outstanding peers h8->h9->h10, but only h9 is slow
+    out = Outputs()
+    for _ in range(60):
+        job.step()
+        job.dp_n[9, 1] *= 4.0
+        for h in range(job.H):
+            out.extend(det.observe(job.record(h)))
+    assert [d.culprits.links for d in out.diagnoses] == [("h0009/nic1<->tor",)]
+
+
+def test_passing_slowness_is_ignored() -> None:
+    job, det = SynthJob(), TDNDetector(JOB)
+    run(det, job, 10)
+    job.slow[(4, 4)] = 1.3
+    job.slow_links[(6, 6)] = 3.0
+    run(det, job, 3)
+    job.slow.clear()
+    job.slow_links.clear()
+    assert not run(det, job, 60).diagnoses
+
+
+def test_healthy_1000_gpus_give_no_diagnosis() -> None:
+    job = SynthJob(hosts=125, seed=7)
+    tdn, align = TDNDetector(JOB), AlignmentDetector(JOB)
+    out = Outputs()
+    for _ in range(180):
+        for rec in job.step():
+            out.extend(tdn.observe(rec))
+            out.extend(align.observe(rec))
+        out.extend(tdn.advance(job.t)).extend(align.advance(job.t))
+    assert not out.diagnoses and not out.rejections
+    assert len(align.counters) == 125 + 8
+
+
+def test_snapshot_restore_mid_incident_gives_identical_outputs() -> None:
+    job, det = SynthJob(), TDNDetector(JOB)
+    run(det, job, 10)
+    job.slow[(2, 5)] = 1.2
+    run(det, job, 4)
+    for rec in job.step()[:7]:  # an iteration half in
+        det.observe(rec)
+    state = msgpack.unpackb(msgpack.packb(det.snapshot()), raw=False, strict_map_key=False)
+    twin = TDNDetector.restore(state, JOB)
+    a, b = Outputs(), Outputs()
+    for rec in [job.record(h) for h in range(7, job.H)] + [r for _ in range(30) for r in job.step()]:
+        a.extend(det.observe(rec))
+        b.extend(twin.observe(rec))
+    assert [d.culprits.gpus for d in a.diagnoses] == [("h0002/gpu5",)]
+    assert [d.to_wire() for d in a.diagnoses] == [d.to_wire() for d in b.diagnoses]
+    assert twin.snapshot() == det.snapshot()
+
+
+@pytest.mark.parametrize("td, n, reason", [
+    (float("nan"), 50.0, "not_finite"), (-3.0, 50.0, "negative"),
+    (100.0, float("inf"), "not_finite"), (100.0, -1.0, "negative")])
+def test_bad_values_are_rejected_with_a_reason(td: float, n: float, reason: str) -> None:
+    det = TDNDetector(JOB)
+    snap = RankSnapshot("00000000000000aa", 4, 1, 1, (OpCounters("allreduce", 5, 5, 5, 5, td, n),))
+    out = det.observe(CCLRecord("h0001", 100.0, (snap,), JOB))
+    assert [r.reason for r in out.rejections] == [reason]
+    assert not det.ops  # nothing buffered
+
+
+def test_pending_iterations_are_bounded() -> None:
+    det = TDNDetector(JOB, TDNConfig(max_pending_seqs=4, seq_timeout_s=1e9))
+    out = Outputs()
+    for seq in range(1, 11):
+        snap = RankSnapshot("00000000000000ab", 8, 0, 0,
+                            (OpCounters("allreduce", seq, 0, 0, seq, 100.0, 0.0),))
+        out.extend(det.observe(CCLRecord("h0000", 100.0 + seq, (snap,), JOB)))
+    assert len(det.ops["00000000000000ab"]["allreduce"].pending) == 4
+    assert [r.reason for r in out.rejections] == ["seq_buffer_full"] * 6
+
+
+def test_incomplete_iterations_are_evaluated_after_the_timeout() -> None:
+    job, det = SynthJob(), TDNDetector(JOB)
+    job.slow[(1, 3)] = 1.3
+    out = Outputs()
+    for _ in range(40):  # host 0 never reports: DP iterations stay incomplete
+        for rec in job.step()[1:]:
+            out.extend(det.observe(rec))
+        out.extend(det.advance(job.t))
+    assert [d.culprits.gpus for d in out.diagnoses] == [("h0001/gpu3",)]
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ConfigError):
+        TDNConfig(alpha=1.2)
+    with pytest.raises(ConfigError):
+        TDNConfig(beta=0.9)
+    assert dataclasses.asdict(TDNConfig())["persist"] == 5
+
+
+@pytest.mark.parametrize("bucket, found", [(1, False), (10, True)])
+def test_unaligned_sampled_launches_compare_by_bucket(bucket: int, found: bool) -> None:
+    """Hosts sample different launches of a frequent op (seq 10k + h % 10): exact iterations
+    never gather min_ranks values in the DP communicator; buckets of 10 launches do."""
+    job = SynthJob()
+    det = TDNDetector(JOB, TDNConfig(seq_bucket=bucket))
+    job.slow_links[(5, 3)] = 3.0
+    out = Outputs()
+    for _ in range(60):
+        for rec in job.step():
+            h = job.hosts.index(rec.host)
+            ranks = tuple(dataclasses.replace(r, ops=tuple(
+                dataclasses.replace(o, seq=o.seq * 10 + h % 10) for o in r.ops))
+                for r in rec.ranks)
+            out.extend(det.observe(dataclasses.replace(rec, ranks=ranks)))
+        out.extend(det.advance(job.t))
+    links = [d.culprits.links for d in out.diagnoses]
+    assert links == ([("h0005/nic3<->tor",)] if found else [])
