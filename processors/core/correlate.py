@@ -1,0 +1,211 @@
+"""Multi-metric correlation of Z-score outliers into one Diagnosis per device.
+
+Aegis §5.1: a device is an outlier on a metric when it stays beyond λ±2δ for T. One fault
+moves several metrics of the same device (a congested NIC shows ECN marks, CNPs and
+retransmits; a throttled GPU shows a low SM clock and a high temperature), so the
+:class:`Correlator` waits a short moment of event time after a device's first flag, then
+names the device ONCE with every flagged metric as evidence:
+
+- NIC with an abnormal-operation metric up (ECN, retransmits, CNP sent, out-of-sequence, port
+  errors; CNPs handled only support), ``nic_link_up`` low, or both
+  bandwidth directions low → ``slow_network`` on ``nic<->tor``, action ``run_netdiag``;
+- GPU with SM clock, tensor throughput or utilisation low, or temperature high →
+  ``slow_compute`` on the GPU, action ``isolate_gpu``;
+- anything else (correctable ECC alone included) → ``outlier`` with no action.
+
+Confidence grows with the number of agreeing metrics. Pure and serialisable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from processors.core.base import link_id, make_diagnosis
+from schemas.inventory import Inventory
+from schemas.metrics import metrics_for
+from schemas.records import Diagnosis
+
+DETECTOR = "zscore"
+RULE = "aegis_5.1_zscore"
+
+# CNPs *handled* mark a sender throttled by congestion elsewhere on its path: they support a
+# network finding on the same NIC but do not blame its own link alone.
+NETWORK_SUPPORT = frozenset({"nic_cnp_handled_per_s"})
+# every other abnormal-operation NIC metric (ECN, CNP sent, retransmits, out-of-seq, port errors)
+NETWORK_HIGH = frozenset(m.name for m in metrics_for("nic") if m.abnormal) - NETWORK_SUPPORT
+NETWORK_LOW = frozenset({"nic_link_up"})
+BANDWIDTH_LOW = frozenset({"nic_tx_bps", "nic_rx_bps"})
+COMPUTE_LOW = frozenset({"gpu_sm_clock_mhz", "gpu_tensor_tflops", "gpu_util_pct"})
+COMPUTE_HIGH = frozenset({"gpu_temp_c"})
+
+
+@dataclass(frozen=True, slots=True)
+class MetricFlag:
+    """One metric of one device that stayed beyond its bound for T (Aegis §5.1)."""
+
+    device: str  # culprit name: h0017/gpu3, h0017/nic3, h0017
+    device_kind: str  # gpu | nic | host
+    host: str
+    local: str  # the id the host reported: "3", "mlx5_3", "host"
+    metric: str
+    direction: str  # "high" | "low": which side of the bound
+    value: float  # the device's mean over the sub-window that completed T
+    mean: float  # λ over T
+    std: float  # δ over T
+    bound: float  # the bound it crossed
+    window_s: float  # T
+    sub_window_s: float  # w
+    streak_start: float  # event time since which it has been beyond
+    flagged_at: float  # event time (sub-window end) at which the streak reached T
+
+    def evidence(self) -> dict[str, Any]:
+        z = (self.value - self.mean) / self.std if self.std > 0 else None
+        return {"value": self.value, "mean": self.mean, "std": self.std, "bound": self.bound,
+                "direction": self.direction, "z": z, "window_s": self.window_s,
+                "sub_window_s": self.sub_window_s, "streak_start": self.streak_start,
+                "flagged_at": self.flagged_at}
+
+
+def _nic_index(local: str) -> int | None:
+    tail = local.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def tor_for(inventory: Inventory | None, host: str, local: str) -> str:
+    """The ToR switch a NIC connects to, from the Inventory; ``"tor"`` when unknown."""
+    hi = inventory.hosts.get(host) if inventory is not None else None
+    if hi is None:
+        return "tor"
+    idx = hi.nics.index(local) if local in hi.nics else _nic_index(local)
+    if idx is not None and 0 <= idx < len(hi.tor) and hi.tor[idx]:
+        return hi.tor[idx]
+    return "tor"
+
+
+def classify(device_kind: str, flags: Mapping[str, MetricFlag]) -> tuple[str, list[str]]:
+    """``(diagnosis kind, metrics that support it)`` for one device's flagged metrics."""
+    def up(names: frozenset[str]) -> list[str]:
+        return sorted(m for m in names & flags.keys() if flags[m].direction == "high")
+
+    def down(names: frozenset[str]) -> list[str]:
+        return sorted(m for m in names & flags.keys() if flags[m].direction == "low")
+
+    if device_kind == "nic":
+        bandwidth = down(BANDWIDTH_LOW)
+        triggers = up(NETWORK_HIGH) + down(NETWORK_LOW)
+        if triggers or len(bandwidth) == len(BANDWIDTH_LOW):
+            return "slow_network", sorted(triggers + bandwidth + up(NETWORK_SUPPORT))
+    if device_kind == "gpu":
+        triggers = down(COMPUTE_LOW) + up(COMPUTE_HIGH)
+        if triggers:
+            return "slow_compute", sorted(triggers)
+    return "outlier", sorted(flags)
+
+
+def confidence(kind: str, agreeing: int) -> float:
+    """More agreeing metrics, more confidence; a lone outlier stays modest."""
+    if kind == "outlier":
+        return min(0.6, 0.45 + 0.05 * (agreeing - 1))
+    return min(0.95, 0.6 + 0.1 * (agreeing - 1))
+
+
+class Correlator:
+    """Collects MetricFlags per device and emits one Diagnosis per device and kind.
+
+    A device's first flag opens a wait of ``wait_s`` event seconds; flags of the same device
+    that arrive (by ``flagged_at``) within it join the same diagnosis. Later flags of a device
+    that was already diagnosed only produce a new diagnosis if they change its kind (an ECC
+    ``outlier`` followed by a low SM clock becomes ``slow_compute``). ``release(device)`` —
+    called when all of the device's incidents have ended — forgets the device.
+    """
+
+    def __init__(self, job: str, wait_s: float, inventory: Inventory | None = None) -> None:
+        self.job = job
+        self.wait_s = float(wait_s)
+        self.inventory = inventory
+        self._devices: dict[str, dict[str, Any]] = {}
+
+    def add(self, flag: MetricFlag) -> None:
+        d = self._devices.setdefault(flag.device, {"flags": {}, "new": [], "deadline": None,
+                                                   "emitted": []})
+        d["flags"][flag.metric] = flag
+        if flag.metric not in d["new"]:
+            d["new"].append(flag.metric)
+        if d["deadline"] is None:
+            d["deadline"] = flag.flagged_at + self.wait_s
+
+    def due(self, now: float, *, inclusive: bool = True) -> list[Diagnosis]:
+        """Diagnoses whose wait ended at or before ``now`` (strictly before when not
+        ``inclusive``), in (deadline, device) order."""
+        ready = sorted((d["deadline"], dev) for dev, d in self._devices.items()
+                       if d["deadline"] is not None
+                       and (d["deadline"] <= now if inclusive else d["deadline"] < now))
+        out = []
+        for deadline, dev in ready:
+            diag = self._emit(dev, deadline)
+            if diag is not None:
+                out.append(diag)
+        return out
+
+    def release(self, device: str) -> None:
+        d = self._devices.get(device)
+        if d is not None and d["deadline"] is None:
+            del self._devices[device]
+
+    def pending(self) -> int:
+        return sum(1 for d in self._devices.values() if d["deadline"] is not None)
+
+    def _emit(self, device: str, deadline: float) -> Diagnosis | None:
+        d = self._devices[device]
+        flags: dict[str, MetricFlag] = d["flags"]
+        d["deadline"], d["new"] = None, []
+        kind, support = classify(next(iter(flags.values())).device_kind, flags)
+        if kind in d["emitted"]:
+            return None
+        d["emitted"].append(kind)
+        return self._diagnosis(kind, support, flags, deadline)
+
+    def _diagnosis(self, kind: str, support: list[str], flags: Mapping[str, MetricFlag],
+                   detected: float) -> Diagnosis:
+        first = flags[support[0]]
+        host, device = first.host, first.device
+        links: list[str] = []
+        gpus: list[str] = []
+        actions: list[list[str]] = []
+        if kind == "slow_network":
+            links = [link_id(device, tor_for(self.inventory, host, first.local))]
+            actions = [["run_netdiag", links[0]]]
+        elif kind == "slow_compute":
+            gpus = [device]
+            actions = [["isolate_gpu", device]]
+        elif first.device_kind == "gpu":
+            gpus = [device]
+        event_ts = min(flags[m].streak_start for m in support)
+        parts = [f"{m} {flags[m].value:.4g} {'above' if flags[m].direction == 'high' else 'below'}"
+                 f" {flags[m].bound:.4g}" for m in sorted(flags)]
+        summary = (f"{device}: {', '.join(parts)} throughout {first.window_s:g}s "
+                   f"(cross-device λ±2δ, Aegis §5.1)")
+        evidence = {"device": device, "device_kind": first.device_kind,
+                    "metrics": {m: flags[m].evidence() for m in sorted(flags)},
+                    "agreeing": support, "window_s": first.window_s, "actions": actions}
+        return make_diagnosis(job=self.job, kind=kind, detector=DETECTOR, rule=RULE,
+                              event_ts=event_ts, detected_ts=detected, hosts=[host], gpus=gpus,
+                              links=links, evidence=evidence,
+                              confidence=confidence(kind, len(support)), summary=summary)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {dev: {"flags": [asdict(f) for f in d["flags"].values()], "new": list(d["new"]),
+                      "deadline": d["deadline"], "emitted": list(d["emitted"])}
+                for dev, d in self._devices.items()}
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], job: str, wait_s: float,
+                inventory: Inventory | None = None) -> Correlator:
+        c = cls(job, wait_s, inventory)
+        for dev, d in state.items():
+            flags = {f["metric"]: MetricFlag(**f) for f in d["flags"]}
+            c._devices[dev] = {"flags": flags, "new": list(d["new"]), "deadline": d["deadline"],
+                               "emitted": list(d["emitted"])}
+        return c

@@ -1,0 +1,436 @@
+"""Streaming cross-device Z-score (Aegis §5.1: a device beyond λ±2δ throughout T is an outlier).
+
+The devices of a synchronous job move together. Per (job, metric, device kind) this detector
+keeps each device's mean over tumbling event-time sub-windows of width w; when a sub-window
+closes (watermark = newest event time − lateness) it takes the cross-device (n, mean, M2):
+λ is that sub-window's mean (the job moves together, so a job-wide shift marks nobody) and δ
+the cross-device std pooled over the sub-windows within T (Chan merge of M2). A device is
+*beyond* when its sub-window value is past ``λ ± max(2δ, tol)``; abnormal-operation metrics
+must also be above the catalogue floor. A device continuously beyond for T (not counting the sub-window
+where the streak began) is flagged once per incident; :mod:`processors.core.correlate` turns
+its flags into one Diagnosis. Layout, defaults and edge cases: docs/zscore.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from processors.core.base import Outputs, Rejection, gpu_id, nic_id
+from processors.core.correlate import DETECTOR, Correlator, MetricFlag
+from processors.core.windows import closable_until_ms, starts_within, to_ms, window_start_ms
+from schemas.errors import ConfigError
+from schemas.inventory import Inventory
+from schemas.metrics import DEVICE_KINDS, Direction, metrics_for
+from schemas.records import DeviceGroup, TelemetryBatch
+
+DEFAULT_ABS_TOL: dict[str, float] = {
+    "gpu_util_pct": 5.0, "gpu_sm_clock_mhz": 50.0, "gpu_power_w": 25.0, "gpu_temp_c": 5.0,
+    "gpu_tensor_tflops": 5.0, "gpu_pcie_rx_bps": 1e8, "gpu_pcie_tx_bps": 1e8,
+    "gpu_nvlink_rx_bps": 1e9, "gpu_nvlink_tx_bps": 1e9, "nic_tx_bps": 1e8, "nic_rx_bps": 1e8,
+    "nic_link_up": 0.1, "host_cpu_util_pct": 5.0, "host_mem_used_pct": 5.0,
+}  # abnormal metrics default to their catalogue floor; anything else to 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class ZScoreConfig:
+    """Parameters of the §5.1 rule; seconds of event time unless named otherwise."""
+
+    window_s: float = 600.0  # T: how long a device must stay beyond
+    sub_window_s: float = 30.0  # w: statistics granularity
+    lateness_s: float = 10.0  # allowed lateness / clock skew before a sample is late
+    sigma: float = 2.0  # the 2 in λ±2δ
+    min_devices: int = 4  # fewer devices in a sub-window: not scored (group_too_small)
+    rel_tol: float = 0.05  # tolerance floor relative to |λ| (zero variance)
+    abs_tol: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_ABS_TOL))
+    gap_s: float = 60.0  # absence longer than this restarts a device's streak
+    recover_s: float = 300.0  # not beyond for this long ends an incident
+    correlate_wait_s: float = 60.0  # other metrics of a device may join the diagnosis
+    dedup_horizon_s: float = 60.0  # how long (host, kind, ts) stay remembered past closing
+    max_future_s: float = 300.0  # a lone host further ahead of the job clock is skewed
+    max_abs: float = 1e15  # |value| above this is out_of_range (keeps float statistics sane)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sub_window_s <= self.window_s or to_ms(self.sub_window_s) < 1:
+            raise ConfigError(f"zscore: need 0 < sub_window_s ({self.sub_window_s}) <= "
+                              f"window_s ({self.window_s})")
+        if self.min_devices < 2 or self.sigma <= 0 or min(
+                self.lateness_s, self.gap_s, self.recover_s, self.correlate_wait_s,
+                self.dedup_horizon_s, self.max_future_s, self.rel_tol, self.max_abs) < 0:
+            raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations >= 0")
+
+
+def device_name(host: str, kind: str, local: str, alone: bool) -> str:
+    """Culprit name of a reported device: ``h/gpu3``, ``h/nic3`` (from ``mlx5_3``), ``h``."""
+    if kind == "gpu":
+        return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
+    if kind == "nic":
+        tail = local[5:] if local.startswith("mlx5_") else local
+        return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, local)
+    return host if alone or local in ("", "host", host) else f"{host}/{local}"
+
+
+class _Kind:
+    """Per device kind: the slot map, the metric rows and the per-device streak state."""
+
+    def __init__(self, kind: str, cfg: ZScoreConfig) -> None:
+        self.kind = kind
+        self.metrics = metrics_for(kind)
+        self.row = {m.name: i for i, m in enumerate(self.metrics)}
+        d = [m.direction for m in self.metrics]
+        self.hi = np.array([x in (Direction.HIGH_BAD, Direction.BOTH) for x in d])
+        self.lo = np.array([x in (Direction.LOW_BAD, Direction.BOTH) for x in d])
+        self.counter = np.array([m.counter for m in self.metrics])
+        self.floor = np.array([m.floor if m.abnormal else -np.inf for m in self.metrics])
+        self.tol = np.array([cfg.abs_tol.get(m.name, m.floor if m.abnormal else 1e-9)
+                             for m in self.metrics])
+        self.devices: list[tuple[str, str, str]] = []  # slot -> (name, host, local)
+        self.slot: dict[str, int] = {}
+        self.cap = 0
+        rows = len(self.metrics)
+        self.start = np.empty((rows, 0))  # streak start (ms), NaN when none
+        self.last = np.empty((rows, 0))  # end of the last beyond sub-window (ms)
+        self.flagged = np.empty((rows, 0), dtype=bool)  # an incident is open
+        self.small = np.zeros(rows, dtype=np.int8)  # 1 while the group is too small
+        self.history: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._slots_cache: dict[tuple[str, tuple[str, ...]], tuple[Any, ...] | None] = {}
+        self._rows_cache: dict[tuple[str, ...], tuple[Any, ...]] = {}
+
+    def add_device(self, host: str, local: str, alone: bool = False, name: str = "") -> int:
+        name = name or device_name(host, self.kind, local, alone)
+        if name not in self.slot:
+            self.slot[name] = len(self.devices)
+            self.devices.append((name, host, local))
+            if len(self.devices) > self.cap:
+                self.grow(max(8, 2 * self.cap))
+        return self.slot[name]
+
+    def grow(self, cap: int) -> None:
+        pad = cap - self.cap
+        self.start = np.pad(self.start, ((0, 0), (0, pad)), constant_values=np.nan)
+        self.last = np.pad(self.last, ((0, 0), (0, pad)), constant_values=np.nan)
+        self.flagged = np.pad(self.flagged, ((0, 0), (0, pad)))
+        self.cap = cap
+
+    def slots_for(self, host: str, ids: tuple[str, ...]) -> tuple[Any, ...] | None:
+        """``(slots, selector)`` of a host's reported ids; None when an id repeats."""
+        key = (host, ids)
+        if key not in self._slots_cache:
+            unique = len(set(ids)) == len(ids)
+            slots = np.array([self.add_device(host, i, len(ids) == 1) for i in ids],
+                             dtype=np.intp) if unique else None
+            self._slots_cache[key] = None if slots is None else (slots, _selector(slots))
+        return self._slots_cache[key]
+
+    def rows_for(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        """``(rows, selector, counter column, known names, unknown names)`` of metric names."""
+        if names not in self._rows_cache:
+            known = [n for n in names if n in self.row]
+            rows = np.array([self.row[n] for n in known], dtype=np.intp)
+            self._rows_cache[names] = (rows, _selector(rows), self.counter[rows][:, None],
+                                       known, [n for n in names if n not in self.row])
+        return self._rows_cache[names]
+
+
+def _selector(idx: np.ndarray) -> Any:
+    """A slice when the indices are one ascending run (fast basic indexing), else the array."""
+    if len(idx) and (np.diff(idx) == 1).all():
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
+class ZScoreDetector:
+    """Aegis §5.1 over one job's TelemetryBatches; contract in processors/core/base.py."""
+
+    name = DETECTOR
+
+    def __init__(self, job: str, config: ZScoreConfig | None = None,
+                 inventory: Inventory | None = None) -> None:
+        self.job = job
+        self.cfg = cfg = config if config is not None else ZScoreConfig()
+        self.w_ms = to_ms(cfg.sub_window_s)
+        self.t_ms = to_ms(cfg.window_s)
+        self.kinds = {k: _Kind(k, cfg) for k in DEVICE_KINDS}
+        self.corr = Correlator(job, cfg.correlate_wait_s, inventory)
+        self.max_ts: float | None = None
+        self.closed_ms: int | None = None  # every sub-window ending at or before is closed
+        self.open: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self.seen: dict[int, dict[tuple[str, str], set[int]]] = {}  # start -> (host, kind) -> ts
+        self.hosts: set[str] = set()
+        self.ahead: dict[str, float] = {}  # hosts reporting far ahead of the job clock
+        self.unknown: set[str] = set()  # "kind/metric" already reported
+
+    # ---- input -------------------------------------------------------------------------
+    def observe(self, batch: TelemetryBatch) -> Outputs:
+        out = Outputs()
+        host, ts = batch.host, batch.ts
+        if batch.job is not None and batch.job != self.job:
+            return self._reject(out, host, "wrong_job", f"batch for job {batch.job}", ts)
+        if not math.isfinite(ts):
+            return self._reject(out, host, "not_finite", f"event time {ts!r}", 0.0)
+        if self.max_ts is not None and ts > self.max_ts + self.cfg.max_future_s:
+            self.ahead[host] = ts
+            if len(self.ahead) < min(2, len(self.hosts | {host})):
+                return self._reject(out, host, "clock_skew", f"ts {ts:.3f} is "
+                                    f"{ts - self.max_ts:.0f}s ahead of the job clock", ts)
+            self.ahead.clear()  # several hosts agree: the job clock really moved on
+        else:
+            self.ahead.pop(host, None)
+        ts_ms = to_ms(ts)
+        start = window_start_ms(ts_ms, self.w_ms)
+        late = self.closed_ms is not None and start + self.w_ms <= self.closed_ms
+        seen = self.seen.setdefault(start, {}) if not late else self.seen.get(start, {})
+        offset = ts_ms - start
+        dup: list[str] = []
+        for kind, group in batch.devices.items():
+            if offset in seen.get((host, kind), ()):
+                dup.append(kind)
+            elif late:
+                self._reject(out, host, "late", f"{kind} sample for closed sub-window "
+                             f"[{start / 1000:.3f}, {(start + self.w_ms) / 1000:.3f})", ts)
+            elif kind not in self.kinds:
+                self._once(out, host, f"{kind}/*", "unknown_kind", ts)
+            else:
+                seen.setdefault((host, kind), set()).add(offset)
+                self._add(out, self.kinds[kind], start, host, ts, group)
+        if dup:
+            self._reject(out, host, "duplicate", f"{','.join(dup)} at ts {ts:.3f} already "
+                         "counted", ts)
+        if not late:
+            self.hosts.add(host)
+            self.max_ts = ts if self.max_ts is None else max(self.max_ts, ts)
+            out.extend(self._close(self.max_ts - self.cfg.lateness_s))
+        return out
+
+    def advance(self, now: float) -> Outputs:
+        """Move the job clock to ``now`` (newest event time on the job's inputs)."""
+        if not math.isfinite(now):
+            return Outputs()
+        self.max_ts = now if self.max_ts is None else max(self.max_ts, now)
+        return self._close(self.max_ts - self.cfg.lateness_s)
+
+    def flush(self) -> Outputs:
+        """End of input (a file, a test): close every open sub-window, emit what is pending.
+        Moves the job clock past them, so later samples of those sub-windows are late."""
+        if self.max_ts is None:
+            return Outputs()
+        c = self.cfg
+        return self.advance(self.max_ts + c.lateness_s + c.sub_window_s + c.correlate_wait_s)
+
+    def _add(self, out: Outputs, ks: _Kind, start: int, host: str, ts: float,
+             group: DeviceGroup) -> None:
+        found = ks.slots_for(host, tuple(group.ids))
+        if found is None:
+            self._reject(out, host, "duplicate_device", f"{ks.kind} ids {list(group.ids)}", ts)
+            return
+        slots, slot_sel = found
+        rows, row_sel, counter, known, unknown = ks.rows_for(tuple(group.values))
+        for m in unknown:
+            self._once(out, host, f"{ks.kind}/{m}", "unknown_metric", ts)
+        if not known:
+            return
+        try:
+            vals = np.array([group.values[m] for m in known], dtype=np.float64)
+        except ValueError:
+            vals = np.empty((0, 0))
+        if vals.shape != (len(known), len(slots)):
+            self._reject(out, host, "bad_shape", f"{ks.kind} values do not match ids", ts)
+            return
+        ok: Any = 1.0
+        if not (vals.min() >= 0 and vals.sum() <= self.cfg.max_abs):  # else all clean
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.abs(vals) <= self.cfg.max_abs) | (counter & (vals < 0))
+            for r, d in zip(*np.nonzero(bad), strict=True):
+                x, m = float(vals[r, d]), known[r]
+                why = "not_finite" if not math.isfinite(x) else "out_of_range" \
+                    if abs(x) > self.cfg.max_abs else "negative_counter"
+                self._reject(out, host, why, f"telemetry from host {host} job {self.job}: "
+                             f"metric {m}={x!r} on {ks.devices[slots[d]][0]} rejected", ts)
+            vals[bad] = 0.0
+            ok = ~bad
+        win = self.open.setdefault(start, {})
+        if ks.kind not in win or win[ks.kind][0].shape[1] < ks.cap:
+            win[ks.kind] = self._widen(win.get(ks.kind), len(ks.metrics), ks.cap)
+        total, count = win[ks.kind]
+        ix = (row_sel, slot_sel) if isinstance(row_sel, slice) or isinstance(slot_sel, slice) \
+            else (rows[:, None], slots[None, :])
+        total[ix] += vals
+        count[ix] += ok
+
+    @staticmethod
+    def _widen(arrays: tuple[np.ndarray, np.ndarray] | None, rows: int,
+               cap: int) -> tuple[np.ndarray, np.ndarray]:
+        total, count = np.zeros((rows, cap)), np.zeros((rows, cap))
+        if arrays is not None:
+            n = arrays[0].shape[1]
+            total[:, :n], count[:, :n] = arrays
+        return total, count
+
+    # ---- windows -----------------------------------------------------------------------
+    def _close(self, watermark: float) -> Outputs:
+        out = Outputs()
+        limit = closable_until_ms(watermark, self.w_ms)
+        if self.closed_ms is not None and limit <= self.closed_ms:  # nothing new to close
+            out.diagnoses.extend(self.corr.due(watermark))
+            return out
+        for start in sorted(s for s in self.open if s + self.w_ms <= limit):
+            end = start + self.w_ms
+            out.diagnoses.extend(self.corr.due(end / 1000, inclusive=False))
+            arrays = self.open.pop(start)
+            for kind in DEVICE_KINDS:
+                if kind in arrays:
+                    self._evaluate(out, self.kinds[kind], start, *arrays[kind])
+        if self.closed_ms is None or limit > self.closed_ms:
+            self.closed_ms = limit
+            horizon = limit - to_ms(self.cfg.dedup_horizon_s) - self.w_ms
+            for s in [s for s in self.seen if s < horizon]:
+                del self.seen[s]
+        out.diagnoses.extend(self.corr.due(watermark))
+        return out
+
+    def _evaluate(self, out: Outputs, ks: _Kind, start: int, total: np.ndarray,
+                  count: np.ndarray) -> None:
+        """Aegis §5.1 on one closed sub-window of one device kind, all metrics at once."""
+        cfg, n, end = self.cfg, len(ks.devices), start + self.w_ms
+        if total.shape[1] < n:
+            total, count = self._widen((total, count), len(ks.metrics), n)
+        present = count[:, :n] > 0
+        x = np.divide(total[:, :n], count[:, :n], out=np.zeros((len(ks.metrics), n)),
+                      where=present)
+        n_s = present.sum(axis=1).astype(np.float64)
+        safe = np.maximum(n_s, 1.0)
+        mean_s = x.sum(axis=1) / safe  # λ: the devices move together, so λ is taken now
+        m2_s = (((x - mean_s[:, None]) ** 2) * present).sum(axis=1)
+        first = starts_within(end, self.t_ms, self.w_ms).start
+        ks.history = [h for h in ks.history if h[0] >= first] + [(start, n_s, mean_s, m2_s)]
+        n_t = np.sum([h[1] for h in ks.history], axis=0)
+        m2_t = np.sum([h[3] for h in ks.history], axis=0)  # Chan merge, within-window part
+        std = np.sqrt(np.maximum(m2_t / np.maximum(n_t, 1.0), m2_s / safe))  # δ over T
+        half = np.maximum(cfg.sigma * std, np.maximum(ks.tol, cfg.rel_tol * np.abs(mean_s)))
+        scored = ks.hi | ks.lo
+        small = scored & (n_s > 0) & (n_s < cfg.min_devices)
+        for r in np.nonzero(small & (ks.small == 0))[0]:
+            self._reject(out, "", "group_too_small", f"{ks.kind} metric {ks.metrics[r].name}: "
+                         f"{int(n_s[r])} devices < min_devices {cfg.min_devices}; not scored",
+                         start / 1000)
+        ks.small[small] = 1
+        ok = scored & (n_s >= cfg.min_devices)
+        ks.small[ok] = 0
+        upper = np.maximum(mean_s + half, ks.floor)
+        lower = mean_s - half
+        high = ks.hi[:, None] & (x > upper[:, None])
+        low = ks.lo[:, None] & (x < lower[:, None])
+        evaluated = present & ok[:, None]
+        beyond = (high | low) & evaluated
+        s_arr, l_arr, f_arr = ks.start[:, :n], ks.last[:, :n], ks.flagged[:, :n]
+        fresh = beyond & (np.isnan(s_arr) | (start - l_arr > to_ms(cfg.gap_s)))
+        s_arr[fresh] = start
+        s_arr[evaluated & ~beyond] = np.nan
+        l_arr[beyond] = end
+        fire = beyond & ~f_arr & (end - s_arr - self.w_ms >= self.t_ms)
+        f_arr |= fire
+        for r, d in zip(*np.nonzero(fire), strict=True):
+            name, host, local = ks.devices[d]
+            hi_side = bool(high[r, d])
+            self.corr.add(MetricFlag(
+                device=name, device_kind=ks.kind, host=host, local=local,
+                metric=ks.metrics[r].name, direction="high" if hi_side else "low",
+                value=float(x[r, d]), mean=float(mean_s[r]), std=float(std[r]),
+                bound=float(upper[r] if hi_side else lower[r]),
+                window_s=cfg.window_s, sub_window_s=cfg.sub_window_s,
+                streak_start=float(s_arr[r, d]) / 1000, flagged_at=end / 1000))
+        had = f_arr.any(axis=0)
+        f_arr &= ~(l_arr <= end - to_ms(cfg.recover_s))
+        for d in np.nonzero(had & ~f_arr.any(axis=0))[0]:
+            self.corr.release(ks.devices[d][0])
+
+    # ---- rejections --------------------------------------------------------------------
+    def _reject(self, out: Outputs, host: str, reason: str, detail: str, ts: float) -> Outputs:
+        out.rejections.append(Rejection(DETECTOR, self.job, host, reason, detail, ts))
+        return out
+
+    def _once(self, out: Outputs, host: str, key: str, reason: str, ts: float) -> None:
+        if key not in self.unknown:
+            self.unknown.add(key)
+            self._reject(out, host, reason, f"{key} is not in the metric catalogue", ts)
+
+    # ---- state -------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Plain msgpack/JSON-able state (ints, floats, strings, lists; no NaN, no numpy)."""
+        kinds: dict[str, Any] = {}
+        for k, ks in self.kinds.items():
+            n = len(ks.devices)
+            kinds[k] = {"metrics": [m.name for m in ks.metrics]}
+            cells = np.nonzero(~np.isnan(ks.last[:, :n]) | ~np.isnan(ks.start[:, :n]))
+            kinds[k] |= {
+                "devices": [list(dev) for dev in ks.devices],
+                "streak": [[int(r), int(d), _num(ks.start[r, d]), _num(ks.last[r, d]),
+                            bool(ks.flagged[r, d])] for r, d in zip(*cells, strict=True)],
+                "small": ks.small.tolist(),
+                "history": [[s, a.tolist(), b.tolist(), c.tolist()] for s, a, b, c in ks.history],
+            }
+        return {"v": 1, "job": self.job, "sub_window_ms": self.w_ms, "max_ts": self.max_ts,
+                "closed_ms": self.closed_ms, "hosts": sorted(self.hosts),
+                "ahead": dict(self.ahead), "unknown": sorted(self.unknown), "kinds": kinds,
+                "open": [[s, k, t[:, :len(self.kinds[k].devices)].tolist(),
+                          c[:, :len(self.kinds[k].devices)].astype(np.int64).tolist()]
+                         for s, win in sorted(self.open.items()) for k, (t, c) in win.items()],
+                "seen": [[s, [[h, k, sorted(ts)] for (h, k), ts in sorted(keys.items())]]
+                         for s, keys in sorted(self.seen.items())],
+                "corr": self.corr.snapshot()}
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], job: str, config: ZScoreConfig | None = None,
+                inventory: Inventory | None = None) -> ZScoreDetector:
+        det = cls(job, config, inventory)
+        if state.get("v") != 1 or state.get("sub_window_ms") != det.w_ms:
+            raise ConfigError(f"zscore snapshot v{state.get('v')} with sub-window "
+                              f"{state.get('sub_window_ms')} ms does not fit {det.w_ms} ms")
+        det.max_ts, det.closed_ms = state["max_ts"], state["closed_ms"]
+        det.hosts, det.ahead = set(state["hosts"]), dict(state["ahead"])
+        det.unknown = set(state["unknown"])
+        remaps = {}
+        for k, ks_state in state["kinds"].items():
+            ks = det.kinds[k]
+            remaps[k] = remap = _Remap(ks_state["metrics"], ks.row)  # catalogue may differ
+            for name, host, local in ks_state["devices"]:
+                ks.add_device(host, local, name=name)
+            for r, d, s, last, flag in ks_state["streak"]:
+                if remap.new[r] is not None:
+                    r = remap.new[r]
+                    ks.start[r, d] = np.nan if s is None else s
+                    ks.last[r, d] = np.nan if last is None else last
+                    ks.flagged[r, d] = flag
+            ks.small = remap(ks_state["small"]).astype(np.int8)
+            ks.history = [(s, remap(a), remap(b), remap(c)) for s, a, b, c in ks_state["history"]]
+        for s, k, t, c in state["open"]:
+            ks = det.kinds[k]
+            arrays = (remaps[k](t), remaps[k](c))
+            det.open.setdefault(s, {})[k] = det._widen(arrays, len(ks.metrics), ks.cap)
+        det.seen = {s: {(h, k): set(ts) for h, k, ts in keys} for s, keys in state["seen"]}
+        det.corr = Correlator.restore(state["corr"], job, det.cfg.correlate_wait_s, inventory)
+        return det
+
+
+class _Remap:
+    """Rows of a snapshot taken under another metric catalogue → this catalogue's rows."""
+
+    def __init__(self, names: list[str], row: Mapping[str, int]) -> None:
+        self.new = [row.get(n) for n in names]
+        self.keep = [i for i, r in enumerate(self.new) if r is not None]
+        self.dest = [r for r in self.new if r is not None]
+        self.rows = len(row)
+
+    def __call__(self, values: Any) -> np.ndarray:
+        old = np.asarray(values, dtype=np.float64)
+        out = np.zeros((self.rows, *old.shape[1:]))
+        out[self.dest] = old[self.keep]
+        return out
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
