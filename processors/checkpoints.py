@@ -64,3 +64,43 @@ class AckHolder:
 
     def held(self) -> int:
         return sum(len(h.events) for h in self._jobs.values())
+
+
+CHUNK_BYTES = 512 * 1024  # well under Kafka's default 1 MB message limit
+
+
+def save_chunked(table: Any, prefix: str, data: bytes) -> None:
+    """Write ``data`` under ``prefix`` as chunks of a new generation, then the manifest.
+
+    A 10,000-GPU job's Z-score state is several MB, over Kafka's message limit, so state is
+    split. Chunks of generation g' are written before the manifest that points at them, so
+    a crash in between leaves the previous generation (still intact) in force.
+    """
+    import hashlib
+
+    import msgpack
+
+    old = table.get(prefix.encode())
+    gen = 1 - int(msgpack.unpackb(bytes(old))["gen"]) if old is not None else 0
+    n = max(1, -(-len(data) // CHUNK_BYTES))
+    for i in range(n):
+        table[f"{prefix}@{gen}#{i}".encode()] = data[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES]
+    table[prefix.encode()] = msgpack.packb(
+        {"gen": gen, "chunks": n, "sha256": hashlib.sha256(data).hexdigest()})
+
+
+def load_chunked(table: Any, prefix: str) -> bytes | None:
+    """The state saved by :func:`save_chunked`, or None (never saved, or inconsistent)."""
+    import hashlib
+
+    import msgpack
+
+    raw = table.get(prefix.encode())
+    if raw is None:
+        return None
+    m = msgpack.unpackb(bytes(raw))
+    parts = [table.get(f"{prefix}@{m['gen']}#{i}".encode()) for i in range(int(m["chunks"]))]
+    if any(p is None for p in parts):
+        return None
+    data = b"".join(bytes(p) for p in parts)
+    return data if hashlib.sha256(data).hexdigest() == m["sha256"] else None

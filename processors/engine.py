@@ -80,12 +80,30 @@ class Engine:
             self.stats.refusals += 1
             self.sink.add(refusal)
 
+    def finish(self) -> None:
+        """End of input: let detectors that keep open windows close them (``flush()``),
+        route what that produces, and flush the sink. Only for finite inputs (files);
+        the live worker never does this."""
+        for proc in self.inputs.values():
+            for job in proc.jobs():
+                for det in proc.detectors(job).values():
+                    flush = getattr(det, "flush", None)
+                    if callable(flush):
+                        out = flush()
+                        for d in out.diagnoses:
+                            self._route(d)
+        self.sink.flush()
+
     def run(self, entries: Iterable[tuple[str, Any, float, bytes]],
-            progress: Callable[[int], None] | None = None) -> EngineStats:
-        """Feed ``(topic, key, ts, value)`` entries (a recording) and flush the sink."""
+            progress: Callable[[int], None] | None = None, finish: bool = True) -> EngineStats:
+        """Feed ``(topic, key, ts, value)`` entries (a recording), then :meth:`finish`
+        (or only flush the sink when ``finish`` is False, as the live worker would be)."""
         for i, (topic, _key, _ts, value) in enumerate(entries):
             self.feed(topic, value)
             if progress is not None and i % 5000 == 0:
                 progress(i)
-        self.sink.flush()
+        if finish:
+            self.finish()
+        else:
+            self.sink.flush()
         return self.stats

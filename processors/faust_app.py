@@ -14,7 +14,7 @@ from typing import Any
 
 import faust
 
-from processors.checkpoints import AckHolder
+from processors.checkpoints import AckHolder, load_chunked, save_chunked
 from processors.pipeline import INPUT_KINDS, InputProcessor
 from processors.settings import PipelineConfig, Settings
 from schemas.codec import decode, encode
@@ -64,8 +64,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
 
     def make_input_agent(kind: str) -> None:
         def load(job: str) -> bytes | None:
-            value = state.get(f"{kind}:{job}".encode())
-            return bytes(value) if value is not None else None
+            return load_chunked(state, f"{kind}:{job}")
 
         async def run(stream: Any) -> None:
             proc = InputProcessor(kind, config, inventory, load_state=load)
@@ -92,10 +91,10 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 holder.hold(job, msg.partition, event, wall)
                 ts = proc._watermark.get(job, 0.0)
                 if holder.due(job, ts, force=bool(res.diagnoses)):
-                    state[f"{kind}:{job}".encode()] = proc.snapshot(job)
+                    save_chunked(state, f"{kind}:{job}", proc.snapshot(job))
                     holder.checkpointed(job, ts, lambda e: asyncio.ensure_future(ack_stream.ack(e)))
                 for quiet in holder.quiet_jobs(msg.partition, wall, job):
-                    state[f"{kind}:{quiet}".encode()] = proc.snapshot(quiet)
+                    save_chunked(state, f"{kind}:{quiet}", proc.snapshot(quiet))
                     holder.checkpointed(quiet, proc._watermark.get(quiet, 0.0),
                                         lambda e: asyncio.ensure_future(ack_stream.ack(e)))
                 if metrics is not None:
