@@ -1,0 +1,73 @@
+"""The fault catalogue: every scenario's class, its Aegis component category, and the mixed
+mode that samples faults with the component shares of Aegis §2.
+
+Expected outcomes (diagnosis kinds, actions, isolation) live on each class and are written to
+the ground truth; the table is in docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from producers.sim.fault_base import Fault
+from producers.sim.faults_gpu import (
+    ComputeHang,
+    ECCStorm,
+    NVLinkError,
+    PCIeDegradation,
+    SlowCompute,
+    ThermalThrottle,
+    Xid48,
+    Xid79,
+)
+from producers.sim.faults_net import (
+    ConfigError,
+    ConnReset2Host,
+    LargePacketLoss,
+    NetworkHang,
+    NicECN,
+    OpticsFlap,
+    SlowLink,
+)
+
+CATALOGUE: dict[str, type[Fault]] = {c.scenario: c for c in (
+    Xid79, Xid48, NVLinkError, PCIeDegradation, ECCStorm, ConnReset2Host, ConfigError,
+    ComputeHang, NetworkHang, NicECN, LargePacketLoss, OpticsFlap, ThermalThrottle,
+    SlowCompute, SlowLink)}
+
+# Smallest data-parallel ring (hosts per pipeline stage) a scenario needs: a link between
+# hosts or a peer host; 4 for the N-ratio faults, because the 2 ranks over a link can only
+# stand out above β = 1.5x their ring's mean N when they are at most half of it (§5.2).
+MIN_RING: dict[str, int] = {"network_hang": 2, "conn_reset_2host": 2, "nic_ecn": 4,
+                            "large_packet_loss": 4, "optics_flap": 4, "slow_link": 4}
+
+# Aegis §2 failure shares by component (percent). GPU = execution error + GPU memory + CUDA +
+# driver; host = CPU + host memory + power/fan + disk. Each maps to the scenarios that show
+# such a failure's symptoms.
+CATEGORY_SHARES: dict[str, float] = {
+    "GPU": 13.1 + 8.6 + 3.3 + 1.2, "ECC": 10.2, "NVLink": 9.2, "PCIe": 10.4, "NIC": 9.1,
+    "optics": 6.7, "host": 13.7 + 9.1 + 3.7 + 1.6,
+}
+CATEGORY_SCENARIOS: dict[str, tuple[str, ...]] = {
+    "GPU": ("xid79", "compute_hang", "thermal_throttle", "slow_gpu"),
+    "ECC": ("xid48", "ecc_storm"),
+    "NVLink": ("nvlink_error",),
+    "PCIe": ("pcie_degradation",),
+    "NIC": ("nic_ecn", "network_hang", "slow_link"),
+    "optics": ("optics_flap", "large_packet_loss"),
+    "host": ("compute_hang", "slow_gpu", "conn_reset_2host"),
+}
+
+
+def sample_scenarios(rng: np.random.Generator, n: int, max_ring: int) -> list[str]:
+    """``n`` scenario names drawn with the Aegis component shares, among those that fit a
+    data-parallel ring of ``max_ring`` hosts."""
+    cats = list(CATEGORY_SHARES)
+    p = np.array([CATEGORY_SHARES[c] for c in cats])
+    out: list[str] = []
+    while len(out) < n:
+        cat = cats[int(rng.choice(len(cats), p=p / p.sum()))]
+        options = [s for s in CATEGORY_SCENARIOS[cat] if MIN_RING.get(s, 1) <= max_ring]
+        if options:
+            out.append(options[int(rng.integers(len(options)))])
+    return out
