@@ -2,6 +2,8 @@
 
     python bench/simulate.py            # 600 simulated seconds (goal: >= 20x real time)
     python bench/simulate.py --quick    # 60 simulated seconds, well within a minute
+    python bench/simulate.py --hosts 200 --hosts-per-job 4 --scenario mixed --duration 400 \
+        --mixed-faults 50 --mixed-spacing 4          # 50 overlapping faults on 50 jobs
 
 Prints progress, then one JSON object as the last line:
 {"hosts":1250,"sim_s":600,"wall_s":...,"x_realtime":...,"records":...,"bytes":...}
@@ -27,11 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="60 simulated seconds instead of 600")
     p.add_argument("--hosts", type=int, default=1250)
     p.add_argument("--duration", type=float, default=None, help="simulated seconds")
+    p.add_argument("--hosts-per-job", type=int, default=0, help="0 (default): one job")
+    p.add_argument("--scenario", default="healthy")
+    p.add_argument("--mixed-faults", type=int, default=None)
+    p.add_argument("--mixed-spacing", type=float, default=90.0)
     p.add_argument("--out", help="recording path (default: a temporary file, deleted after)")
     args = p.parse_args(argv)
     duration = args.duration or (60.0 if args.quick else 600.0)
-    cfg = SimConfig(hosts=args.hosts, hosts_per_job=None, scenario="healthy", seed=1,
-                    duration_s=duration)
+    cfg = SimConfig(hosts=args.hosts, hosts_per_job=args.hosts_per_job or None,
+                    scenario=args.scenario, seed=1, duration_s=duration,
+                    mixed_faults=args.mixed_faults, mixed_spacing_s=args.mixed_spacing)
     t0 = time.monotonic()
     sim = Simulation(cfg)
     setup_s = time.monotonic() - t0
@@ -44,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulated {res.sim_s:.0f} s of {args.hosts} hosts ({args.hosts * 8} GPUs) in "
           f"{res.wall_s:.1f} s wall (+{setup_s:.1f} s setup): {x:.1f}x real time, "
           f"{res.records} records, {size / 1e6:.0f} MB file", file=sys.stderr)
-    print(json.dumps({"hosts": args.hosts, "sim_s": res.sim_s, "wall_s": round(res.wall_s, 3),
+    print(json.dumps({"hosts": args.hosts, "scenario": args.scenario, "faults": len(res.truth),
+                      "sim_s": res.sim_s, "wall_s": round(res.wall_s, 3),
                       "x_realtime": round(x, 2), "records": res.records, "bytes": size,
                       "by_topic": res.by_topic, "setup_s": round(setup_s, 3)}))
     return 0

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remediate": ("sinks.remediate", "reference remediation consumer of the Redis queue"),
     "replay": ("processors.replay", "replay a job's topics or a file through the detectors"),
     "dump": ("processors.dump", "save a job's topic range to a portable recording file"),
+    "cbd": ("processors.cbd_cli", "Check Before Delivery (Aegis §6): test hosts before hand-over"),
 }
 
 USAGE = "usage: aegis [-h] [--version] COMMAND [ARGS...]"

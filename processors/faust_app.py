@@ -41,6 +41,8 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
         topic_replication_factor=1, web_enabled=False, consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0, producer_acks=-1, table_standby_replicas=0,
         stream_wait_empty=False,
+        # a crashed worker's partitions move to the others after 10 s, not Faust's 60 s
+        broker_session_timeout=10.0, broker_heartbeat_interval=2.0,
     )
     names = {"logs": settings.topic_logs, "telemetry": settings.topic_telemetry,
              "ccl": settings.topic_ccl}

@@ -143,7 +143,10 @@ class KafkaBroker:
             "auto.create.topics.enable=true",
             "log.cleaner.dedupe.buffer.size=8388608", "log.cleaner.threads=1",
             f"log.dirs={self.workdir / 'data'}", "num.network.threads=2", "num.io.threads=4",
-            "log.segment.bytes=67108864", "",
+            "log.segment.bytes=67108864",
+            # Our records carry event time as their Kafka timestamp, and simulated runs are
+            # dated in the past: time-based retention would delete them at once.
+            "log.retention.ms=-1", "log.retention.bytes=-1", "",
         ]))
         return props
 

@@ -39,6 +39,7 @@ from schemas.records import Diagnosis, LogRecord
 
 DETECTOR = "decision_tree"
 STATE_VERSION = 1
+_HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink"))
 UPDATE_RULES = frozenset(("nccl_version_mismatch",))  # config errors an update typically causes
 _HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link"))
 
@@ -263,7 +264,9 @@ class DecisionTree:
         gpus: list[str] = []
         for host in sorted({e.host for e in crit}):
             mine = [e for e in crit if e.host == host]
-            if any(e.action == "isolate_host" or e.gpu is None or e.cat == "nic_or_link" for e in mine):
+            # Aegis Alg. 1: PCIe and NVLink faults take the host (the PCIe switch pairs a GPU
+            # with a NIC; NVLink joins every GPU of the host), as do NIC errors
+            if any(e.action == "isolate_host" or e.gpu is None or e.cat in _HOST_WIDE for e in mine):
                 acts.append(["isolate_host", host])
                 hosts.append(host)
             else:

@@ -41,6 +41,18 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"event time of the first tick, epoch seconds; default {DEFAULT_EPOCH:.0f}")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages per job")
     p.add_argument("--mixed-faults", type=int, default=None, help="faults in mixed mode")
+    p.add_argument("--mixed-spacing", type=float, default=90.0,
+                   help="seconds between mixed-mode fault starts; default 90")
+    p.add_argument("--mixed-scenarios", default=None,
+                   help="comma-separated scenarios mixed mode draws from; default all")
+    p.add_argument("--mixed-cover-all", action="store_true",
+                   help="mixed mode: the first faults cover every allowed scenario once")
+    p.add_argument("--name-prefix", default="",
+                   help="prefix for every host, job and switch name (e.g. 'run1-')")
+    p.add_argument("--ip-site", type=int, default=None,
+                   help="address block 0..2047; default derived from --name-prefix")
+    p.add_argument("--heartbeat", type=float, default=5.0,
+                   help="agent heartbeat period per host, seconds; 0 = none; default 5")
     p.add_argument("--out", help="recording file, or 'kafka' (with --bootstrap)")
     p.add_argument("--bootstrap", default=os.environ.get("AEGIS_KAFKA_BOOTSTRAP", "localhost:9092"),
                    help="Kafka bootstrap servers for --out kafka")
@@ -90,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SimConfig(hosts=args.hosts, hosts_per_job=per_job, scenario=args.scenario,
                     seed=args.seed, duration_s=args.duration, start_ts=args.start_ts,
                     speed=args.speed, fault_at_s=args.fault_at, pp=args.pp,
-                    mixed_faults=args.mixed_faults)
+                    mixed_faults=args.mixed_faults, mixed_spacing_s=args.mixed_spacing,
+                    mixed_scenarios=(tuple(x.strip() for x in args.mixed_scenarios.split(",")
+                                           if x.strip()) if args.mixed_scenarios else None),
+                    mixed_cover_all=args.mixed_cover_all, name_prefix=args.name_prefix,
+                    ip_site=args.ip_site, heartbeat_s=args.heartbeat)
     try:
         sim = Simulation(cfg)
     except (AegisError, ValueError) as e:

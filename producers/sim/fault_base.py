@@ -18,7 +18,7 @@ from processors.core.base import gpu_id, link_id, nic_id
 from producers.sim import log_templates as lt
 from producers.sim.state import HUNG, LogQueue, TickArrays
 from producers.sim.topology import GPUS_PER_HOST, Topology, gpu_bus_id
-from producers.sim.workload import Workload
+from producers.sim.workload import Workload, hung_ops
 
 
 @dataclass(slots=True)
@@ -279,5 +279,5 @@ def _next_op(work: Workload, job: int, host: int, entry: int) -> int:
     """The op kind a comm launches next, from the job's (frozen) progress."""
     p = work.jobs[job].progress
     launches = work.launches[host, entry]
-    nxt = (np.floor(p * launches) + 1) / launches
+    nxt = (hung_ops(p * launches) + 1) / launches
     return int(np.argmin(nxt))

@@ -7,6 +7,8 @@ the ground truth; the table is in docs/simulator.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from producers.sim.fault_base import Fault
@@ -59,15 +61,18 @@ CATEGORY_SCENARIOS: dict[str, tuple[str, ...]] = {
 }
 
 
-def sample_scenarios(rng: np.random.Generator, n: int, max_ring: int) -> list[str]:
-    """``n`` scenario names drawn with the Aegis component shares, among those that fit a
-    data-parallel ring of ``max_ring`` hosts."""
-    cats = list(CATEGORY_SHARES)
-    p = np.array([CATEGORY_SHARES[c] for c in cats])
-    out: list[str] = []
-    while len(out) < n:
-        cat = cats[int(rng.choice(len(cats), p=p / p.sum()))]
-        options = [s for s in CATEGORY_SCENARIOS[cat] if MIN_RING.get(s, 1) <= max_ring]
-        if options:
-            out.append(options[int(rng.integers(len(options)))])
-    return out
+def share_weights(names: Sequence[str]) -> np.ndarray:
+    """Sampling weight of each scenario in ``names`` (Aegis §2 component shares): each
+    category's share is split evenly among its scenarios present in ``names``; a category
+    with none of them drops out (the others are renormalised). Scenarios in no category
+    (config_error) weigh 0; uniform weights when nothing in ``names`` has a share."""
+    present = set(names)
+    w = dict.fromkeys(names, 0.0)
+    for cat, share in CATEGORY_SHARES.items():
+        options = [s for s in CATEGORY_SCENARIOS[cat] if s in present]
+        for s in options:
+            w[s] += share / len(options)
+    out = np.array([w[s] for s in names])
+    if out.sum() <= 0:
+        out = np.ones(len(names))
+    return out / out.sum()

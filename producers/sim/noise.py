@@ -28,7 +28,7 @@ class NoiseLogs:
         for j, job in enumerate(topo.jobs):
             if ctx.work.jobs[j].init_fails:
                 continue
-            comm_id = f"{int(rng.integers(1 << 62)):016x}"
+            comm_id = f"{int(rng.integers(1 << 62)) ^ topo.salt():016x}"
             nranks = len(job.hosts) * GPUS_PER_HOST
             for pos, hi in enumerate(job.hosts):
                 h = topo.hosts[hi]

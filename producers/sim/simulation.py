@@ -9,6 +9,7 @@ only paces output when ``speed`` > 0.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,12 +20,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from producers.sim.fault_base import Ctx, Fault
-from producers.sim.faults import CATALOGUE, MIN_RING, sample_scenarios
+from producers.sim.faults import CATALOGUE
+from producers.sim.heartbeat import Heartbeats
 from producers.sim.noise import NoiseLogs
 from producers.sim.render import LOGS, Encoded, Renderer
 from producers.sim.scenarios import HEALTHY, MIXED, SCENARIOS
+from producers.sim.schedule import plan_faults
 from producers.sim.state import LogQueue
-from producers.sim.topology import build_topology
+from producers.sim.topology import IP_SITES, build_topology
 from producers.sim.workload import Workload
 from schemas import codec
 from schemas.codec import Record
@@ -38,6 +41,7 @@ TRUTH_FORMAT = "aegis-truth"
 _TOPIC, _VALUE = itemgetter(0), itemgetter(3)
 _RECORD_TYPES: dict[str, type] = {TELEMETRY.name: TelemetryBatch, CCL.name: CCLRecord,
                                   LOGS: LogRecord}
+_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class Sink(Protocol):
@@ -67,7 +71,12 @@ class SimConfig:
     ib_timeout_s: float = 20.0  # IB retry exhaustion after a peer process dies
     mixed_faults: int | None = None  # None: as many as fit in time and jobs
     mixed_spacing_s: float = 90.0
+    mixed_scenarios: tuple[str, ...] | None = None  # None: the whole catalogue
+    mixed_cover_all: bool = False  # the first faults cover every allowed scenario once
     noise_logs: bool = True
+    heartbeat_s: float = 5.0  # agent heartbeat period per host; 0 = none
+    name_prefix: str = ""  # starts every host, job and switch name (and communicator ids)
+    ip_site: int | None = None  # address block 0..2047; None: derived from name_prefix
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -80,6 +89,20 @@ class SimConfig:
             raise ConfigError(f"speed={self.speed}: must be >= 0")
         if self.scenario not in (HEALTHY, "config_error") and not 0 <= self.fault_at_s < self.duration_s:
             raise ConfigError(f"fault_at_s={self.fault_at_s} outside the run (0..{self.duration_s})")
+        if self.heartbeat_s < 0 or self.mixed_spacing_s < 0:
+            raise ConfigError(f"heartbeat_s={self.heartbeat_s} mixed_spacing_s="
+                              f"{self.mixed_spacing_s}: must be >= 0")
+        if self.name_prefix and not _PREFIX_RE.fullmatch(self.name_prefix):
+            raise ConfigError(f"name_prefix={self.name_prefix!r}: letters, digits, '.', '_' "
+                              "and '-' only, starting with a letter or digit")
+        if self.ip_site is not None and not 0 <= self.ip_site < IP_SITES:
+            raise ConfigError(f"ip_site={self.ip_site}: must be in 0..{IP_SITES - 1}")
+        if self.mixed_scenarios is not None:
+            self.mixed_scenarios = tuple(self.mixed_scenarios)
+            bad = [s for s in self.mixed_scenarios if s not in CATALOGUE]
+            if bad or not self.mixed_scenarios:
+                raise ConfigError(f"mixed_scenarios {bad or '()'}: choose among "
+                                  f"{', '.join(CATALOGUE)}")
 
 
 @dataclass
@@ -98,7 +121,8 @@ class Simulation:
         config.validate()
         self.config = config
         self.topo = build_topology(config.hosts, config.hosts_per_job, config.pp,
-                                   config.hosts_per_pod)
+                                   config.hosts_per_pod, name_prefix=config.name_prefix,
+                                   ip_site=config.ip_site)
         self.inventory = self.topo.to_inventory()
         self.truth = _Run(self, noise=False).truth()  # a fresh run schedules the same faults
 
@@ -194,47 +218,19 @@ class _Run:
         self.noise = NoiseLogs(self.ctx, n_rng) if cfg.noise_logs and noise else None
         if self.noise:
             self.noise.startup()
+        self.heartbeats = (Heartbeats(len(topo.hosts), cfg.start_ts, cfg.heartbeat_s)
+                           if cfg.heartbeat_s > 0 and noise else None)
 
     def truth(self) -> list[dict[str, Any]]:
         return [f.truth() for f in self.faults]
-
-    def _eligible_jobs(self, scenario: str) -> list[int]:
-        out = []
-        for j, job in enumerate(self.topo.jobs):
-            if len(job.hosts) // job.pp < MIN_RING.get(scenario, 1):
-                continue
-            out.append(j)
-        return out
 
     def _schedule(self, rng: np.random.Generator) -> list[Fault]:
         cfg = self.cfg
         if cfg.scenario == HEALTHY:
             return []
-        at = cfg.start_ts + round(cfg.fault_at_s / cfg.interval_s) * cfg.interval_s
-        if cfg.scenario != MIXED:
-            jobs = self._eligible_jobs(cfg.scenario)
-            if cfg.fault_job is not None:
-                jobs = [j for j in jobs if j == cfg.fault_job]
-            if not jobs:
-                need = MIN_RING.get(cfg.scenario, 1)
-                raise ConfigError(f"scenario {cfg.scenario!r} needs a job with at least {need} "
-                                  f"hosts per pipeline stage (hosts={cfg.hosts}, hosts_per_job="
-                                  f"{cfg.hosts_per_job}, pp={cfg.pp}, fault_job={cfg.fault_job})")
-            job = jobs[int(rng.integers(len(jobs)))] if cfg.fault_job is None else jobs[0]
-            return [self._make(0, cfg.scenario, job, at, rng)]
-        free = [int(j) for j in rng.permutation(len(self.topo.jobs))]
-        spacing = cfg.mixed_spacing_s
-        room = int(max(0.0, cfg.start_ts + cfg.duration_s - 60 - at) // spacing) + 1
-        n = cfg.mixed_faults if cfg.mixed_faults is not None else min(len(free), room)
-        max_ring = max(len(j.hosts) // j.pp for j in self.topo.jobs)
-        faults = []
-        for k, name in enumerate(sample_scenarios(rng, n, max_ring)):
-            fits = [j for j in free if j in self._eligible_jobs(name)]
-            if not fits:
-                continue
-            free.remove(fits[0])
-            faults.append(self._make(k, name, fits[0], at + k * spacing, rng))
-        return faults
+        single = None if cfg.scenario == MIXED else cfg.scenario
+        slots = plan_faults(cfg, self.topo, rng, single)
+        return [self._make(k, s.scenario, s.job, s.start_ts, rng) for k, s in enumerate(slots)]
 
     def _make(self, k: int, name: str, job: int, at: float, rng: np.random.Generator) -> Fault:
         seed = int(rng.integers(1 << 63))
@@ -264,6 +260,8 @@ class _Run:
                 f.after(a)
             work.commit(a)
             batch = renderer.render(a)
+            if self.heartbeats:
+                self.heartbeats.schedule(t + dt, self.logs)
             for ll in self.logs.pop_before(t + dt):
                 j = host_job[ll.host]
                 rec = LogRecord(names[ll.host], ll.ts, ll.source, ll.line,

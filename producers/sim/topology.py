@@ -27,12 +27,23 @@ OPS_BY_KIND = {"tp": ("AllGather", "ReduceScatter"), "dp": ("AllReduce", "AllGat
                "pp": ("Send", "Recv")}
 
 
-def host_name(i: int) -> str:
-    return f"h{i:04d}"
+IP_SITES = 2048  # address sites: 8 second-octet families x 256 third-octet blocks
 
 
-def job_name(j: int) -> str:
-    return f"job-{j:03d}"
+def host_name(i: int, prefix: str = "") -> str:
+    return f"{prefix}h{i:04d}"
+
+
+def job_name(j: int, prefix: str = "") -> str:
+    return f"{prefix}job-{j:03d}"
+
+
+def ip_site_for(prefix: str) -> int:
+    """Default address site of a name prefix: 0 for none (the documented plan), else derived
+    from the prefix, so simulations sharing a worker's inventory get distinct addresses."""
+    if not prefix:
+        return 0
+    return 1 + int.from_bytes(hashlib.sha256(prefix.encode()).digest()[:8], "big") % (IP_SITES - 1)
 
 
 def gpu_bus_id(gpu: int) -> str:
@@ -121,6 +132,13 @@ class Topology:
     host_job: list[int]  # job index per host, -1 when idle
     host_entries: list[tuple[Entry, ...]]  # per host, () when idle
     n_agg: int
+    name_prefix: str = ""
+
+    def salt(self) -> int:
+        """62 bits derived from the name prefix (0 without one), to vary random ids."""
+        if not self.name_prefix:
+            return 0
+        return int.from_bytes(hashlib.sha256(self.name_prefix.encode()).digest()[:8], "big") >> 2
 
     def job_of(self, host: int) -> Job | None:
         j = self.host_job[host]
@@ -159,8 +177,12 @@ class Topology:
         return inv
 
 
-def _ip(prefix: int, i: int) -> str:
-    return f"10.{prefix}.{i // 200}.{i % 200 + 10}"
+def _ip(net: int, i: int, site: int = 0, n_hosts: int = 1) -> str:
+    """Address ``i`` of network ``net`` (1 = management, 16 + r = rail r) at ``site``: the
+    family shifts the second octet by 32, the block the third octet (kept in range)."""
+    family, block = divmod(site, 256)
+    block = min(block, 256 - (n_hosts + 199) // 200)
+    return f"10.{net + 32 * family}.{block + i // 200}.{i % 200 + 10}"
 
 
 def _comm_id(job: str, name: str) -> str:
@@ -168,12 +190,18 @@ def _comm_id(job: str, name: str) -> str:
 
 
 def build_topology(n_hosts: int, hosts_per_job: int | None = None, pp: int = 1,
-                   hosts_per_pod: int = 32, n_agg: int = 8) -> Topology:
+                   hosts_per_pod: int = 32, n_agg: int = 8, name_prefix: str = "",
+                   ip_site: int | None = None) -> Topology:
     """Lay out ``n_hosts`` into jobs of ``hosts_per_job`` (all hosts when None).
 
     Hosts left over (fewer than 2·pp) stay idle. ``pp`` must divide a job's host count,
-    otherwise that job runs without pipeline parallelism.
+    otherwise that job runs without pipeline parallelism. ``name_prefix`` starts every host,
+    job and switch name (so communicator ids differ too); ``ip_site`` (0..IP_SITES-1, default
+    from the prefix) picks the address block.
     """
+    site = ip_site_for(name_prefix) if ip_site is None else ip_site
+    if not 0 <= site < IP_SITES or n_hosts > 256 * 200:
+        raise ValueError(f"ip_site={site} (0..{IP_SITES - 1}), hosts={n_hosts} (<= 51200)")
     if n_hosts < 1:
         raise ValueError(f"hosts={n_hosts}: need at least 1")
     per_job = n_hosts if hosts_per_job is None else hosts_per_job
@@ -182,9 +210,9 @@ def build_topology(n_hosts: int, hosts_per_job: int | None = None, pp: int = 1,
     hosts = []
     for i in range(n_hosts):
         pod = i // hosts_per_pod
-        hosts.append(Host(i, host_name(i), pod, _ip(1, i),
-                          tuple(_ip(16 + r, i) for r in range(GPUS_PER_HOST)),
-                          tuple(f"tor-p{pod}-r{r}" for r in range(GPUS_PER_HOST))))
+        hosts.append(Host(i, host_name(i, name_prefix), pod, _ip(1, i, site, n_hosts),
+                          tuple(_ip(16 + r, i, site, n_hosts) for r in range(GPUS_PER_HOST)),
+                          tuple(f"{name_prefix}tor-p{pod}-r{r}" for r in range(GPUS_PER_HOST))))
     jobs: list[Job] = []
     comms: list[Comm] = []
     host_job = [-1] * n_hosts
@@ -195,14 +223,14 @@ def build_topology(n_hosts: int, hosts_per_job: int | None = None, pp: int = 1,
         if jobs and size < min(per_job, 2):
             break  # a lone leftover host stays idle
         j = len(jobs)
-        job = Job(j, job_name(j), tuple(range(start, start + size)), pp if size % pp == 0 else 1)
+        job = Job(j, job_name(j, name_prefix), tuple(range(start, start + size)), pp if size % pp == 0 else 1)
         jobs.append(job)
         _add_comms(job, comms)
         for h, ents in _entries_for(job, comms).items():
             host_job[h] = j
             entries[h] = ents
         start += size
-    return Topology(hosts, jobs, comms, host_job, entries, n_agg)
+    return Topology(hosts, jobs, comms, host_job, entries, n_agg, name_prefix)
 
 
 def _add_comms(job: Job, comms: list[Comm]) -> None:

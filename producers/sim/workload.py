@@ -7,6 +7,9 @@
 - CCL counters (Aegis §4.2, §5.2): cumulative CL/WR/WC per collective kind, WR == WC at op
   boundaries with a small in-flight difference inside an op; TD with the arrival spread of
   a synchronous op (the last rank to arrive waits least); N = mean WR latency of the last 5.
+  The counters are functions of the job's (monotone) progress, so they never decrease: a
+  rank is inside op d+1 when its op position lies in the last ``INOP_W`` of op d's span; a
+  hung job freezes at the comm-wide boundary ``hung_ops`` (any op in flight completes).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ _TD_US = {"tp": (350.0, 420.0), "dp": (8000.0, 4000.0), "pp": (900.0, 900.0)}
 _N_US = {"tp": 0.0, "dp": 9.0, "pp": 7.0}
 CHANNELS = 4
 BLIP_P = 0.002
+INOP_W = 0.015  # share of (rank, op) snapshots taken inside an op
 # Metrics the model computes; every other catalogue metric takes its static baseline
 # (0 for abnormal-operation metrics and unknown ones, a small lifetime count for totals).
 _MODELLED = {"gpu_util_pct", "gpu_sm_clock_mhz", "gpu_power_w", "gpu_temp_c",
@@ -213,19 +217,27 @@ class Workload:
         self.prev_td = self.td_base.copy()
         self.prev_n = self.n_base.copy()
         self.prev_last = np.full((H, E), self.start_ts)
+        self.prev_cl, self.prev_wr, self.prev_wc, self.prev_seq = (
+            np.zeros((H, E, K), dtype=np.int64) for _ in range(4))
+        self.skew = INOP_W * self.rng.random((H, E, K))
 
     def _ccl(self, t: float, code: np.ndarray, P: np.ndarray, slow: np.ndarray,
              a: TickArrays) -> None:
+        """Aegis §4.2 counters from the op position x = progress × launches: CL = ops
+        launched, WR/WC = work requests posted/completed (WR == WC between ops)."""
         rng, H, E = self.rng, self.H, self.E
         live = (code == _RUN) | (code == _HUNG)
         a.ccl_hosts = live & (self.n_entries > 0)
-        done = np.floor(P[:, None, None] * self.launches).astype(np.int64)
+        x = P[:, None, None] * self.launches
+        y = x + self.skew  # a rank's own snapshot position (fixed skew < INOP_W)
         run3 = (code == _RUN)[:, None, None]
+        hung3 = (code == _HUNG)[:, None, None]
         u = rng.random((H, E, K, 3), dtype=np.float32)
-        inflight = run3 & (u[..., 0] < 0.015)
-        partial = np.where(inflight, 1 + (u[..., 1] * np.maximum(self.wr_per_op // 2, 1)), 0)
+        inop = run3 & (y - np.floor(y) >= 1.0 - INOP_W)
+        done = np.where(hung3, hung_ops(x), np.floor(y)).astype(np.int64)
+        partial = np.where(inop, 1 + (u[..., 1] * np.maximum(self.wr_per_op // 2, 1)), 0)
         partial = np.where(self.wr_per_op > 0, partial, 0).astype(np.int64)
-        a.cl[:] = done + inflight
+        a.cl[:] = done + inop
         a.wr[:] = done * self.wr_per_op + partial
         a.wc[:] = a.wr - np.minimum(partial, (u[..., 2] * 4).astype(np.int64) + 1) * (partial > 0)
         a.seq[:] = done
@@ -255,7 +267,15 @@ class Workload:
         return a
 
     def commit(self, a: TickArrays) -> None:
-        """Remember this tick's TD/N/last so a hung rank keeps reporting its frozen values."""
+        """Once faults have edited the tick: cumulative counters never go back (Aegis §4.2
+        reads CL/WR/WC as cumulative; a drop would read as a counter reset), WC <= WR and
+        seq <= CL. Then remember TD/N/last so a hung rank keeps its frozen values."""
+        for cur, prev in ((a.cl, self.prev_cl), (a.wr, self.prev_wr), (a.wc, self.prev_wc),
+                          (a.seq, self.prev_seq)):
+            np.maximum(cur, prev, out=cur)
+        np.minimum(a.wc, a.wr, out=a.wc)
+        np.minimum(a.seq, a.cl, out=a.seq)
+        self.prev_cl, self.prev_wr, self.prev_wc, self.prev_seq = a.cl, a.wr, a.wc, a.seq
         self.prev_td, self.prev_n, self.prev_last = a.td, a.n, a.last
 
     def job_rows(self, job: int) -> np.ndarray:
@@ -263,3 +283,9 @@ class Workload:
 
     def is_dead(self, job: int) -> bool:
         return self.jobs[job].status == DEAD
+
+
+def hung_ops(x: np.ndarray | float) -> np.ndarray:
+    """Ops completed by every rank of a comm frozen at op position ``x``: any op one of its
+    ranks had launched (skew + in-op window < 2·INOP_W) completes, so CL never drops."""
+    return np.floor(np.asarray(x) + 2 * INOP_W)

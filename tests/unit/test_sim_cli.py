@@ -75,3 +75,21 @@ def test_kafka_out_uses_the_lead_sink(monkeypatch: pytest.MonkeyPatch, tmp_path:
                    "broker:9092", "--truth", str(truth), "--quiet"])
     assert rc == 0 and seen["bootstrap"] == "broker:9092" and seen["closed"]
     assert seen["records"] > 20 and truth.exists()
+
+
+def test_mixed_and_naming_options(tmp_path: Path) -> None:
+    out = tmp_path / "mix.aegis"
+    rc = cli.main(["--hosts", "12", "--hosts-per-job", "4", "--scenario", "mixed", "--duration",
+                   "60", "--fault-at", "20", "--mixed-spacing", "3", "--mixed-faults", "3",
+                   "--mixed-scenarios", "xid79, slow_link,nic_ecn", "--mixed-cover-all",
+                   "--name-prefix", "r1-", "--heartbeat", "0", "--quiet", "--out", str(out)])
+    assert rc == 0
+    truth = orjson.loads((tmp_path / "mix.aegis.truth.json").read_bytes())
+    assert sorted(f["scenario"] for f in truth["faults"]) == ["nic_ecn", "slow_link", "xid79"]
+    assert [f["start_ts"] - truth["start_ts"] for f in truth["faults"]] == [20, 23, 26]
+    assert all(f["job"].startswith("r1-job-") for f in truth["faults"])
+    header, entries = read_recording(str(out))
+    assert header["meta"]["config"]["name_prefix"] == "r1-"
+    assert not any(b"aegis-agent heartbeat" in e[3] for e in entries)
+    bad = ["--hosts", "4", "--scenario", "mixed", "--mixed-scenarios", "nope", "--out", "x"]
+    assert cli.main(bad) == 2
