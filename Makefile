@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration e2e lint typecheck install services ccl_hooks bench clean
+.PHONY: system-deps demo test unit integration e2e lint typecheck install services ccl_hooks bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,10 +19,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/aegis demo
 
-services: $(STAMP)
+system-deps:
+	scripts/system-deps
+
+services: $(STAMP) system-deps
 	$(BIN)/python scripts/services fetch
 
-ccl_hooks:
+ccl_hooks: system-deps
 	$(MAKE) -C ccl_hooks
 
 test: $(STAMP) services ccl_hooks

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--duration", type=float, default=420.0, help="simulated seconds")
     p.add_argument("--spacing", type=float, default=20.0, help="seconds between fault starts")
+    p.add_argument("--cover-all", action="store_true",
+                   help="inject every fault scenario once first (needs a job per scenario: "
+                        "use --hosts 64)")
     p.add_argument("--policy", default=DEMO_POLICY, help="TOML policy (default: the demo's)")
     p.add_argument("--kafka", action="store_true",
                    help="run through real Kafka + aegis worker + Redis (started locally)")
@@ -47,7 +50,8 @@ def sim_config(a: argparse.Namespace) -> Any:
     from producers.sim.simulation import SimConfig
 
     return SimConfig(hosts=a.hosts, hosts_per_job=a.hosts_per_job, scenario="mixed", seed=a.seed,
-                     duration_s=a.duration, fault_at_s=30.0, mixed_spacing_s=a.spacing)
+                     duration_s=a.duration, fault_at_s=30.0, mixed_spacing_s=a.spacing,
+                     mixed_cover_all=a.cover_all)
 
 
 def run_in_process(a: argparse.Namespace) -> tuple[Any, Engine]:

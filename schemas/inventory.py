@@ -54,6 +54,20 @@ class Inventory:
         for ip in h.ips:
             self._by_ip[ip] = h.host
 
+    def merge(self, other: Inventory) -> Inventory:
+        """Add another inventory's hosts, jobs and rank maps (e.g. several simulated runs
+        served by one worker). Names must not collide; an IP already known is an error."""
+        from schemas.errors import ConfigError
+
+        for h in other.hosts.values():
+            clash = [ip for ip in h.ips if ip in self._by_ip and self._by_ip[ip] != h.host]
+            if h.host in self.hosts or clash:
+                raise ConfigError(f"inventory merge: host {h.host} or its IPs {clash} already known")
+            self.add_host(h)
+        self.jobs.update(other.jobs)
+        self.ranks.update(other.ranks)
+        return self
+
     def host_for_ip(self, ip: str) -> str | None:
         return self._by_ip.get(ip)
 

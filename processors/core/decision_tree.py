@@ -48,6 +48,9 @@ _HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link"))
 class DecisionTreeConfig:
     settle_s: float = 5.0  # judge a burst this long (event time) after its first trigger
     quiet_s: float = 60.0  # an incident ends after this long without a new symptom
+    # after a host-side finding, distributed symptoms (NCCL/PyTorch timeouts, resets) this
+    # long after it are its consequences, not new incidents: watchdogs fire 10-30 min late
+    absorb_s: float = 1800.0
     lookback_s: float = 30.0  # degraded host events this old still join a new burst
     max_lateness_s: float = 300.0  # older records are rejected as late
     max_burst_events: int = 5000
@@ -141,14 +144,18 @@ class DecisionTree:
         out = Outputs()
         if math.isfinite(now) and now > self.watermark:
             self.watermark = now
-        if self.incident and self.watermark > self.incident["until"]:
+        if self.incident and self.watermark > max(self.incident["until"],
+                                                  self.incident.get("absorb_until", 0.0)):
             self.incident = None
         start = self._burst_start()
         if start is not None and self.watermark >= start + self.cfg.settle_s:
             d = self._judge(self.burst, start + self.cfg.settle_s)
             hosts = sorted({e.host for e in self.burst if e.host_fatal})
             last = max(e.ts for e in self.burst)
-            self.incident = {"until": last + self.cfg.quiet_s, "hosts": hosts, "attached": 0}
+            absorb = last + self.cfg.absorb_s if d.kind in ("critical_error", "dist_error") else 0.0
+            culprits = sorted(set(d.culprits.hosts) | {g.split("/")[0] for g in d.culprits.gpus})
+            self.incident = {"until": last + self.cfg.quiet_s, "hosts": hosts, "attached": 0,
+                             "absorb_until": absorb, "culprits": culprits}
             self.burst = []
             out.diagnoses.append(d)
         return out
@@ -172,7 +179,9 @@ class DecisionTree:
         t.recent = [_Ev(*e) for e in state.get("recent", [])]
         inc = state.get("incident")
         t.incident = ({"until": float(inc["until"]), "hosts": list(inc["hosts"]),
-                       "attached": int(inc["attached"])} if inc else None)
+                       "attached": int(inc["attached"]),
+                       "absorb_until": float(inc.get("absorb_until", 0.0)),
+                       "culprits": list(inc.get("culprits", inc["hosts"]))} if inc else None)
         t.seen_hosts = set(state.get("seen_hosts", []))
         return t
 
@@ -190,6 +199,10 @@ class DecisionTree:
         if inc is not None and ev.ts <= inc["until"] and not (ev.host_fatal and ev.host not in inc["hosts"]):
             inc["until"] = max(inc["until"], ev.ts + self.cfg.quiet_s) if trigger else inc["until"]
             inc["attached"] += 1
+            return
+        if (inc is not None and ev.cat == "distributed_symptom" and not ev.host_fatal
+                and ev.ts <= inc.get("absorb_until", 0.0) and self._touches(ev, inc)):
+            inc["attached"] += 1  # Aegis §3: a CCL timeout is a symptom of the found fault
             return
         if self.burst or trigger:
             if not self.burst:
@@ -296,6 +309,16 @@ class DecisionTree:
                                   f"{'systemic' if systemic else 'those hosts'}; no isolation")
 
     # ---- connections ----------------------------------------------------------------------
+    def _touches(self, ev: _Ev, inc: dict[str, Any]) -> bool:
+        """A symptom that names no peer (a timeout), or whose reporter or peer is one of the
+        incident's culprit hosts, belongs to that incident."""
+        culprits = set(inc.get("culprits", inc["hosts"]))
+        if ev.host in culprits:
+            return True
+        if ev.peer is None and ev.peer_rank is None:
+            return True
+        return self._peer_host(ev)[0] in culprits
+
     def _peer_host(self, e: _Ev) -> tuple[str | None, int | None]:
         if e.peer_rank is not None and e.peer_rank in self._ranks:
             return self._ranks[e.peer_rank]

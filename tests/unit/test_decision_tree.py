@@ -253,3 +253,13 @@ def test_bad_config_and_state() -> None:
         DecisionTreeConfig(settle_s=-1)
     with pytest.raises(ConfigError):
         DecisionTree.restore({"v": 99}, JOB)
+
+
+def test_late_watchdog_timeouts_fold_into_the_found_fault() -> None:
+    """Aegis §3: a CCL timeout is the first signal, not the root cause. Watchdogs firing
+    minutes after a diagnosed Xid 79 are its consequences, not a new incident."""
+    tree = DecisionTree(JOB, DecisionTreeConfig(settle_s=5.0, quiet_s=60.0), inventory(8))
+    diags = run(tree, xid79_then_timeouts())
+    late = [rec(300.0 + i, f"h{i:02d}", watchdog(8 * i)) for i in range(8)]
+    diags += run(tree, late, 400.0)
+    assert len(diags) == 1 and diags[0].kind == "critical_error"
