@@ -48,6 +48,8 @@ def diagnosis_matches(fault: Mapping[str, Any], d: Diagnosis) -> bool:
     if d.job != fault["job"] or d.kind not in fault.get("expected_kinds", ()):
         return False
     c = fault.get("culprit", {})
+    if not (d.culprits.hosts or d.culprits.gpus or d.culprits.links):
+        return True  # a job-wide finding (config, systemic): the job and kind are the match
     d_hosts = set(d.culprits.hosts) | {_host(g) for g in d.culprits.gpus}
     d_ends = {e for link in d.culprits.links for e in _endpoints(link)}
     return bool(set(c.get("hosts", ())) & (d_hosts | {_host(e) for e in d_ends})

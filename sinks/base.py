@@ -20,6 +20,7 @@ REFUSAL_REASONS = (
     "config_no_isolation",  # a config diagnosis never isolates hardware (Aegis Alg. 1)
     "follows_refused_isolation",  # restart_job whose diagnosis' isolations were refused
     "repeat",  # the same action on the same target was issued recently
+    "already_localised",  # run_offline_diag for a job whose culprit another detector named
     "unknown_action",  # not one of schemas.records.ACTIONS
     "malformed_action",  # not an [action, target] pair of non-empty strings
 )

@@ -174,6 +174,11 @@ class Guard:
                         bisect.insort(s.isolations, (t, d.job, host_of(tgt)))
         isolated_now = any(c.action in ISOLATING_ACTIONS for c in commands)
         for a, tgt in others:
+            if a == "run_offline_diag" and self._localised(d.job, t):
+                refuse(a, tgt, "already_localised",
+                       "another detector already named the culprit of this job within the "
+                       "window; offline diagnosis is the fallback when nothing else fits")
+                continue
             if a == "restart_job" and isolation_refused:
                 refuse(a, tgt, "follows_refused_isolation",
                        "not restarting onto hosts the guard refused to isolate")
@@ -182,6 +187,15 @@ class Guard:
             self._issue(d, t, a, tgt, commands, refuse,
                         check_repeat=not (a == "restart_job" and isolated_now))
         return GuardDecision(tuple(commands), tuple(refusals), tuple(raised))
+
+    def _localised(self, job: str, t: float) -> bool:
+        """Aegis Alg. 1: OfflineDiag is the fallback. A job whose culprit was isolated or
+        sent to NetDiag within ``window_s`` does not also need all its hosts taken out."""
+        w = self.config.window_s
+        if any(j == job and abs(ts - t) <= w for ts, j, _ in self._s.isolations):
+            return True
+        return any(j == job and a == "run_netdiag" and abs(ts - t) <= w
+                   for (j, a, _), ts in self._s.issued.items())
 
     def _parse_actions(self, d: Diagnosis, refuse: Callable[..., None]
                        ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -24,7 +24,7 @@ from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, nic
 from processors.core.ccl_state import CommRoster, links_for, localise, tor_lookup
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
-from schemas.records import CCLRecord, Diagnosis, RankSnapshot
+from schemas.records import CCLRecord, Diagnosis, OpCounters, RankSnapshot
 
 DETECTOR = "ccl_alignment"
 
@@ -55,7 +55,12 @@ class _Counters:
     wr: int
     wc: int
     changed_ts: float  # record time at which this CL value was first seen
-    ops: tuple[tuple[str, int], ...]  # per collective kind CL, for evidence
+    src: tuple[OpCounters, ...]  # the rank's counters at that time (only op and cl are read)
+
+    @property
+    def ops(self) -> tuple[tuple[str, int], ...]:
+        """Per collective kind CL at the change, sorted, for evidence (sums to cl)."""
+        return tuple(sorted((o.op, o.cl) for o in self.src))[:16]
 
 
 class AlignmentDetector:
@@ -92,30 +97,35 @@ class AlignmentDetector:
     def _take(self, out: Outputs, rec: CCLRecord, snap: RankSnapshot) -> None:
         cl = wr = wc = 0
         for o in snap.ops:
-            if o.cl < 0 or o.wr < 0 or o.wc < 0:
+            ocl, owr, owc = o.cl, o.wr, o.wc
+            if ocl < 0 or owr < 0 or owc < 0:
                 self._reject(out, rec.host, "negative_counter",
                              f"comm {snap.comm} rank {snap.rank} op {o.op}: CL/WR/WC "
-                             f"{o.cl}/{o.wr}/{o.wc}", rec.ts)
+                             f"{ocl}/{owr}/{owc}", rec.ts)
                 return
-            cl, wr, wc = cl + o.cl, wr + o.wr, wc + o.wc
-        reason, detail, evicted = self.roster.learn(rec.host, rec.ts, snap)
+            cl, wr, wc = cl + ocl, wr + owr, wc + owc
+        ts, comm = rec.ts, snap.comm
+        reason, detail, evicted = self.roster.learn(rec.host, ts, snap)
         if evicted is not None:
             self._drop(evicted)
-            self._reject(out, rec.host, "comm_evicted", f"comm {evicted} (max_comms)", rec.ts)
+            self._reject(out, rec.host, "comm_evicted", f"comm {evicted} (max_comms)", ts)
         if reason:
-            self._reject(out, rec.host, reason, detail, rec.ts)
+            self._reject(out, rec.host, reason, detail, ts)
             return
-        ranks = self.counters.setdefault(snap.comm, {})
+        ranks = self.counters.get(comm)
+        if ranks is None:
+            ranks = self.counters[comm] = {}
         old = ranks.get(snap.rank)
         if old is None or old.cl != cl:
             if old is not None and cl < old.cl:
                 self._reject(out, rec.host, "counter_reset",
-                             f"comm {snap.comm} rank {snap.rank}: CL {old.cl} -> {cl}", rec.ts)
-            ops = tuple(sorted((o.op, o.cl) for o in snap.ops))[:16]  # sums to cl: kept on change
-            ranks[snap.rank] = _Counters(cl, wr, wc, rec.ts, ops)
-            self.last_change[snap.comm] = max(rec.ts, self.last_change.get(snap.comm, rec.ts))
-            if old is not None:
-                self._rearm(snap.comm)
+                             f"comm {comm} rank {snap.rank}: CL {old.cl} -> {cl}", ts)
+            ranks[snap.rank] = _Counters(cl, wr, wc, ts, snap.ops)
+            last = self.last_change.get(comm)
+            if last is None or not last > ts:  # max(ts, last), NaN included
+                self.last_change[comm] = ts
+            if old is not None and self.incidents:
+                self._rearm(comm)
         else:
             old.wr, old.wc = wr, wc
 
@@ -329,7 +339,8 @@ class AlignmentDetector:
         for comm, changed, rows in state["counters"]:
             det.last_change[comm] = float(changed)
             det.counters[comm] = {int(r): _Counters(int(cl), int(wr), int(wc), float(ts),
-                                                    tuple((str(o), int(n)) for o, n in ops))
+                                                    tuple(OpCounters(str(o), int(n), 0, 0)
+                                                          for o, n in ops))
                                   for r, cl, wr, wc, ts, ops in rows}
         det.incidents = {k: list(v) for k, v, _ in state["incidents"]}
         det.advanced = {k for k, _, adv in state["incidents"] if adv}

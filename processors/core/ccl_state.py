@@ -46,13 +46,14 @@ class CommRoster:
 
     def learn(self, host: str, ts: float, snap: RankSnapshot) -> tuple[str, str, str | None]:
         """Record one rank's report. Returns (refusal reason or "", detail, evicted comm)."""
-        comm, rank = snap.comm, snap.rank
+        comm, rank, csize = snap.comm, snap.rank, snap.comm_size
         size = self.sizes.get(comm)
-        if size is not None and size != snap.comm_size:
-            return "comm_size_mismatch", f"comm {comm} size {snap.comm_size} != {size}", None
-        if not 0 <= rank < snap.comm_size:
-            return "rank_out_of_range", f"comm {comm} rank {rank} size {snap.comm_size}", None
-        m = self.members.get(comm, {}).get(rank)
+        if size is not None and size != csize:
+            return "comm_size_mismatch", f"comm {comm} size {csize} != {size}", None
+        if not 0 <= rank < csize:
+            return "rank_out_of_range", f"comm {comm} rank {rank} size {csize}", None
+        members = self.members.get(comm)
+        m = members.get(rank) if members is not None else None
         if m is not None and ts < m.seen_ts:
             return "late", f"comm {comm} rank {rank} at {ts} after {m.seen_ts}", None
         evicted = None
@@ -60,16 +61,26 @@ class CommRoster:
             if len(self.sizes) >= self.max_comms:
                 evicted = min(self.last_seen, key=lambda c: (self.last_seen[c], c))
                 self.forget(evicted)
-            self.sizes[comm], self.members[comm] = snap.comm_size, {}
-        peers = tuple(sorted({p for p in snap.pending_peers if p != rank}))[: self.max_peers]
-        if m is None or (m.host, m.gpu) != (host, snap.gpu):
+            self.sizes[comm], self.members[comm] = csize, {}
+            members = self.members[comm]
+        pending = snap.pending_peers
+        peers = tuple(sorted({p for p in pending if p != rank}))[: self.max_peers] \
+            if pending else ()
+        gpu = snap.gpu
+        if m is None or m.host != host or m.gpu != gpu:
             if m is not None:
                 self._unindex(comm, m)
-            self.members[comm][rank] = Member(host, snap.gpu, peers, ts)
-            self.by_gpu.setdefault((host, snap.gpu), {})[comm] = rank
+            assert members is not None
+            members[rank] = Member(host, gpu, peers, ts)
+            idx = self.by_gpu.get((host, gpu))
+            if idx is None:
+                idx = self.by_gpu[(host, gpu)] = {}
+            idx[comm] = rank
         else:
             m.peers, m.seen_ts = peers, ts
-        self.last_seen[comm] = max(ts, self.last_seen.get(comm, ts))
+        last = self.last_seen.get(comm)
+        if last is None or not last > ts:  # max(ts, last), NaN included
+            self.last_seen[comm] = ts
         return "", "", evicted
 
     def _unindex(self, comm: str, m: Member) -> None:

@@ -20,6 +20,8 @@ incident re-arms after ``persist`` clean evaluations. Contract: processors/core/
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,13 @@ from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
-from schemas.records import CCLRecord
+from schemas.records import CCLRecord, OpCounters, RankSnapshot
+
+_MAX_FLOAT = sys.float_info.max
+
+
+def _where(snap: RankSnapshot, o: OpCounters) -> str:
+    return f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
 
 DETECTOR = "ccl_tdn"
 
@@ -84,10 +92,15 @@ class _OpState:
     size: int
     pending: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(
         default_factory=dict)  # seq -> (first record ts, TD by rank, N by rank)
+    oldest: float = math.inf  # least first record ts in ``pending`` (inf when empty)
     last_seq: dict[int, int] = field(default_factory=dict)
     done_upto: int = 0
     streaks: dict[str, dict[int, _Streak]] = field(
         default_factory=lambda: {"td_short": {}, "n_high": {}})
+
+    def reckon_oldest(self) -> None:
+        """``oldest`` after removals; NaN times are never due, so they do not count."""
+        self.oldest = min((b[0] for b in self.pending.values() if b[0] == b[0]), default=math.inf)
 
 
 class TDNDetector:
@@ -112,7 +125,7 @@ class TDNDetector:
         if rec.job is not None and rec.job != self.job:
             return self._reject(out, rec.host, "wrong_job", f"record of job {rec.job}", rec.ts)
         self.watermark = max(self.watermark, rec.ts)
-        touched: list[tuple[str, str]] = []
+        touched: dict[tuple[str, str], None] = {}
         for snap in rec.ranks:
             reason, detail, evicted = self.roster.learn(rec.host, rec.ts, snap)
             if evicted is not None:
@@ -122,49 +135,64 @@ class TDNDetector:
                 self._reject(out, rec.host, reason, detail, rec.ts)
                 continue
             for o in snap.ops:
-                where = f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
-                bad = bad_number(o.td_us) or bad_number(o.n_us)
-                if bad:
-                    self._reject(out, rec.host, bad, f"{where}: td_us={o.td_us} n_us={o.n_us}",
-                                 rec.ts)
-                elif o.seq > 0 and self._add(out, rec, snap.comm, snap.comm_size, snap.rank, o.op,
-                                             o.seq, float(o.td_us), float(o.n_us), where):
-                    touched.append((snap.comm, o.op))
-        for comm, op in dict.fromkeys(touched):
+                td, n = o.td_us, o.n_us
+                if not (td.__class__ is float and n.__class__ is float
+                        and 0.0 <= td <= _MAX_FLOAT and 0.0 <= n <= _MAX_FLOAT):
+                    bad = bad_number(td) or bad_number(n)
+                    if bad:
+                        self._reject(out, rec.host, bad, f"{_where(snap, o)}: td_us={td} "
+                                     f"n_us={n}", rec.ts)
+                        continue
+                if o.seq > 0 and self._add(out, rec, snap, o, float(td), float(n)):
+                    touched[(snap.comm, o.op)] = None
+        timeout = self.cfg.seq_timeout_s
+        for comm, op in touched:
             st = self.ops.get(comm, {}).get(op)
-            if st is not None:
+            if st is not None and self.watermark - st.oldest >= timeout:
                 self._expire(out, comm, op, st)
         return out.extend(self._tick(rec.ts))
 
-    def _add(self, out: Outputs, rec: CCLRecord, comm: str, size: int, rank: int, op: str,
-             seq: int, td: float, n: float, where: str) -> bool:
-        by_op = self.ops.setdefault(comm, {})
+    def _add(self, out: Outputs, rec: CCLRecord, snap: RankSnapshot, o: OpCounters,
+             td: float, n: float) -> bool:
+        comm, rank, op, seq = snap.comm, snap.rank, o.op, o.seq
+        by_op = self.ops.get(comm)
+        if by_op is None:
+            by_op = self.ops[comm] = {}
         st = by_op.get(op)
         if st is None:
             if len(by_op) >= self.cfg.max_ops:
-                self._reject(out, rec.host, "too_many_ops", where, rec.ts)
+                self._reject(out, rec.host, "too_many_ops", _where(snap, o), rec.ts)
                 return False
-            st = by_op[op] = _OpState(size)
+            st = by_op[op] = _OpState(snap.comm_size)
         last = st.last_seq.get(rank, 0)
         if seq == last:
             return False  # the same finished launch reported again
         if seq < last:
-            self._reject(out, rec.host, "seq_backwards", f"{where} after seq {last}", rec.ts)
+            self._reject(out, rec.host, "seq_backwards", f"{_where(snap, o)} after seq {last}",
+                         rec.ts)
             return False
         st.last_seq[rank] = seq
-        seq //= self.cfg.seq_bucket  # from here on: the comparison bucket
-        if seq == last // self.cfg.seq_bucket and seq not in st.pending:
-            return False  # a later launch of a bucket this rank already gave a value to
-        if seq <= st.done_upto and seq not in st.pending:
-            self._reject(out, rec.host, "late", f"{where}: iteration already evaluated", rec.ts)
-            return False
-        if seq not in st.pending and len(st.pending) >= self.cfg.max_pending_seqs:
-            old = min(st.pending)
-            del st.pending[old]
-            st.done_upto = max(st.done_upto, old)
-            self._reject(out, rec.host, "seq_buffer_full",
-                         f"comm {comm} op {op}: dropped iteration {old}", rec.ts)
-        buf = st.pending.setdefault(seq, (rec.ts, {}, {}))
+        bucket = self.cfg.seq_bucket
+        seq //= bucket  # from here on: the comparison bucket
+        pending = st.pending
+        buf = pending.get(seq)
+        if buf is None:
+            if seq == last // bucket:
+                return False  # a later launch of a bucket this rank already gave a value to
+            if seq <= st.done_upto:
+                self._reject(out, rec.host, "late", f"{_where(snap, o)}: iteration already "
+                             "evaluated", rec.ts)
+                return False
+            if len(pending) >= self.cfg.max_pending_seqs:
+                old = min(pending)
+                del pending[old]
+                st.done_upto = max(st.done_upto, old)
+                st.reckon_oldest()
+                self._reject(out, rec.host, "seq_buffer_full",
+                             f"comm {comm} op {op}: dropped iteration {old}", rec.ts)
+            buf = pending[seq] = (rec.ts, {}, {})
+            if rec.ts < st.oldest:
+                st.oldest = rec.ts
         buf[1][rank], buf[2][rank] = td, n
         if len(buf[1]) >= st.size:
             self._close_upto(out, comm, op, st, seq)
@@ -197,33 +225,43 @@ class TDNDetector:
         for s in sorted(k for k in st.pending if k <= seq):
             ts, td, n = st.pending.pop(s)
             self._evaluate(out, comm, op, st, s, ts, td, n)
+        st.reckon_oldest()
         st.done_upto = max(st.done_upto, seq)
 
     # ---- the two rules -------------------------------------------------------------------
     def _evaluate(self, out: Outputs, comm: str, op: str, st: _OpState, seq: int, ts: float,
                   td: dict[int, float], n: dict[int, float]) -> None:
         cfg = self.cfg
+        alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
         for rule, values in (("td_short", td), ("n_high", n)):
             vals = {r: v for r, v in values.items() if v > 0}
             if len(vals) < cfg.min_ranks:
                 continue
             mean = sum(vals.values()) / len(vals)
             streaks = st.streaks[rule]
-            for r in sorted(vals):
+            short = rule == "td_short"
+            ranks = sorted(vals)
+            hot = False  # a rank reached ``persist`` violations: the firing pass is needed
+            for r in ranks:
                 ratio = vals[r] / mean
-                s = streaks.setdefault(r, _Streak())
-                if ratio < cfg.alpha if rule == "td_short" else ratio > cfg.beta:
+                s = streaks.get(r)
+                if s is None:
+                    s = streaks[r] = _Streak()
+                if ratio < alpha if short else ratio > beta:
                     if s.count == 0:
                         s.first_seq, s.first_ts = seq, ts
                     s.count, s.clean = s.count + 1, 0
+                    hot = hot or s.count >= persist
                 else:
                     s.count, s.clean = 0, s.clean + 1
-                    if s.fired and s.clean >= cfg.persist:
+                    if s.fired and s.clean >= persist:
                         self._unfire(f"{comm}|{op}|{rule}|{r}", s)
-            for r in sorted(vals):
+            if not hot:
+                continue
+            for r in ranks:
                 s = streaks[r]
-                if not s.fired and s.count >= cfg.persist and ts - s.first_ts >= cfg.persist_window_s:
-                    if rule == "td_short":
+                if not s.fired and s.count >= persist and ts - s.first_ts >= cfg.persist_window_s:
+                    if short:
                         self._slow_compute(out, comm, op, st, r, vals[r], mean, ts)
                     else:
                         self._slow_network(out, comm, op, st, vals, mean, ts)
@@ -356,6 +394,7 @@ class TDNDetector:
             st.streaks = {rule: {int(r): _Streak(int(c), int(fs), float(ft), int(cl), str(f))
                                  for r, c, fs, ft, cl, f in xs}
                           for rule, xs in streaks.items()}
+            st.reckon_oldest()
             det.ops.setdefault(comm, {})[op] = st
         det.incidents = {k: list(v) for k, v in state["incidents"]}
         return det

@@ -237,3 +237,24 @@ def test_restart_after_a_new_isolation_is_never_a_repeat() -> None:
     out = g.decide(diag(actions=iso("h2"), ts=1200))  # a second host fails in the restarted job
     assert [(c.action, c.target) for c in out.commands] == [("isolate_host", "h2"),
                                                            ("restart_job", "j1")]
+
+
+def test_offline_diag_refused_when_the_culprit_is_already_known() -> None:
+    """Aegis Alg. 1: OfflineDiag is the fallback, not a second opinion."""
+    from processors.core.base import make_diagnosis
+    from sinks.guard import Guard
+
+    g = Guard()
+    hang = make_diagnosis(job="j", kind="hang_compute", detector="ccl_alignment", rule="cl_lag",
+                          event_ts=100.0, detected_ts=130.0, hosts=["h1"], gpus=["h1/gpu2"],
+                          evidence={"actions": [["isolate_host", "h1"], ["restart_job", "j"]]})
+    late = make_diagnosis(job="j", kind="offline_needed", detector="decision_tree",
+                          rule="offline_diag", event_ts=220.0, detected_ts=225.0,
+                          evidence={"actions": [["run_offline_diag", "j"]]})
+    assert [c.action for c in g.decide(hang).commands] == ["isolate_host", "restart_job"]
+    out = g.decide(late)
+    assert not out.commands and [r.reason for r in out.refusals] == ["already_localised"]
+    other = make_diagnosis(job="k", kind="offline_needed", detector="decision_tree",
+                           rule="offline_diag", event_ts=220.0, detected_ts=225.0,
+                           evidence={"actions": [["run_offline_diag", "k"]]})
+    assert [c.action for c in g.decide(other).commands] == ["run_offline_diag"]
