@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     s["wall_s"] = round(time.monotonic() - started, 1)
     s["mode"] = "kafka" if a.kafka else "in-process"
     print(f"\n{s['faults']} faults ({s['actionable_faults']} needing action): precision "
-          f"{s['precision']:.2f}, recall {s['recall']:.2f}, false isolations "
+          f"{s['precision']:.2f} (isolations {s['isolation_precision']:.2f}), recall {s['recall']:.2f}, false isolations "
           f"{s['false_isolations']}, median detection delay {s['median_delay_s']}s "
           f"(event time), {s['commands']} commands, {s['wall_s']}s wall")
     if a.json:

@@ -90,12 +90,14 @@ class Score:
     false_isolations: int
     median_delay_s: float | None
     unmatched_commands: list[IsolationCommand]
+    isolation_precision: float = 1.0  # over isolate_host / isolate_gpu commands only
 
     def summary(self) -> dict[str, Any]:
         return {"faults": len(self.results),
                 "actionable_faults": sum(r.expects_action for r in self.results),
                 "correct": sum(r.correct for r in self.results),
                 "precision": round(self.precision, 4), "recall": round(self.recall, 4),
+                "isolation_precision": round(self.isolation_precision, 4),
                 "false_isolations": self.false_isolations,
                 "median_delay_s": None if self.median_delay_s is None else round(self.median_delay_s, 2),
                 "commands": len(self.commands)}
@@ -134,5 +136,8 @@ def score(truth: Iterable[Mapping[str, Any]], diagnoses: Iterable[Diagnosis],
     recall = sum(bool(r.commands) for r in actionable) / len(actionable) if actionable else 1.0
     precision = (len(cmds) - len(unmatched)) / len(cmds) if cmds else 1.0
     delays = [r.delay_s for r in results if r.delay_s is not None]
+    iso = [c for c in cmds if c.action in ISOLATE]
+    iso_ok = [c for c in iso if c.id in used]
     return Score(results, cmds, precision, recall, len(false_iso),
-                 statistics.median(delays) if delays else None, unmatched)
+                 statistics.median(delays) if delays else None, unmatched,
+                 len(iso_ok) / len(iso) if iso else 1.0)

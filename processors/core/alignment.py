@@ -120,7 +120,10 @@ class AlignmentDetector:
             if old is not None and cl < old.cl:
                 self._reject(out, rec.host, "counter_reset",
                              f"comm {comm} rank {snap.rank}: CL {old.cl} -> {cl}", ts)
-            ranks[snap.rank] = _Counters(cl, wr, wc, ts, snap.ops)
+            if old is None:
+                ranks[snap.rank] = _Counters(cl, wr, wc, ts, snap.ops)
+            else:
+                old.cl, old.wr, old.wc, old.changed_ts, old.src = cl, wr, wc, ts, snap.ops
             last = self.last_change.get(comm)
             if last is None or not last > ts:  # max(ts, last), NaN included
                 self.last_change[comm] = ts

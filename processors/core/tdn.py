@@ -136,14 +136,15 @@ class TDNDetector:
                 continue
             for o in snap.ops:
                 td, n = o.td_us, o.n_us
-                if not (td.__class__ is float and n.__class__ is float
-                        and 0.0 <= td <= _MAX_FLOAT and 0.0 <= n <= _MAX_FLOAT):
+                if td.__class__ is not float or n.__class__ is not float or not (
+                        0.0 <= td <= _MAX_FLOAT and 0.0 <= n <= _MAX_FLOAT):
                     bad = bad_number(td) or bad_number(n)
                     if bad:
                         self._reject(out, rec.host, bad, f"{_where(snap, o)}: td_us={td} "
                                      f"n_us={n}", rec.ts)
                         continue
-                if o.seq > 0 and self._add(out, rec, snap, o, float(td), float(n)):
+                    td, n = float(td), float(n)
+                if o.seq > 0 and self._add(out, rec, snap, o, td, n):
                     touched[(snap.comm, o.op)] = None
         timeout = self.cfg.seq_timeout_s
         for comm, op in touched:

@@ -55,7 +55,9 @@ def describe(result: Score) -> list[str]:
         acts = ",".join(sorted({f"{c.action}:{c.target}" for c in r.commands})) or "none"
         delay = f"{r.delay_s:5.1f}s" if r.delay_s is not None else "    -"
         out.append(f"{f['scenario']:<18} {delay}  {'ok ' if r.correct else 'BAD'} {acts}")
+    for c in result.unmatched_commands:
+        out.append(f"  extra command: {c.action} {c.target} (job {c.job}, diagnosis {c.diagnosis_id})")
     s = result.summary()
-    out.append(f"precision {s['precision']} recall {s['recall']} false isolations "
+    out.append(f"isolation precision {s['isolation_precision']}, action precision {s['precision']}, recall {s['recall']} false isolations "
                f"{s['false_isolations']} median delay {s['median_delay_s']}s over {s['faults']} faults")
     return out
