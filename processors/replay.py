@@ -40,6 +40,7 @@ from schemas.errors import AegisError, ConfigError, ServiceUnavailable
 from schemas.inventory import Inventory
 from schemas.recording import RecordingEntry, read_recording
 from sinks.base import SinkItem
+from sinks.delivery import FanoutSink
 
 
 class ListSink:
@@ -58,23 +59,7 @@ class ListSink:
         return None
 
 
-class TeeSink:
-    """The same items to several sinks."""
-
-    def __init__(self, *sinks: Any) -> None:
-        self.sinks = sinks
-
-    def setup(self) -> None:
-        for s in self.sinks:
-            s.setup()
-
-    def add(self, item: SinkItem) -> None:
-        for s in self.sinks:
-            s.add(item)
-
-    def flush(self) -> None:
-        for s in self.sinks:
-            s.flush()
+TeeSink = FanoutSink  # the same items to several sinks
 
 
 def select_entries(entries: Iterable[RecordingEntry], job: str | None = None,

@@ -35,5 +35,11 @@ COMMANDS = Topic("aegis.commands", "IsolationCommand", "json", "job", 12, 30 * D
 DEADLETTER = Topic("aegis.deadletter", "DeadLetter", "json", "source topic", 3, 14 * DAY_MS,
                    why="bad input kept with its raw bytes and reason for inspection")
 
+AGENT_COMMANDS = Topic("aegis.agent-commands", "CbdRequest", "json", "host", 12, DAY_MS,
+                       why="requests (CBD runs) addressed to one host's agent")
+CBD_RESULTS = Topic("aegis.cbd-results", "CbdHostResult", "json", "batch", 3, 30 * DAY_MS,
+                    why="a batch's per-host results gathered by one coordinator")
+
 ALL = (TELEMETRY, LOGS, CCL, DIAGNOSES, COMMANDS, DEADLETTER)
+CBD = (AGENT_COMMANDS, CBD_RESULTS)
 INPUTS = (TELEMETRY, LOGS, CCL)

@@ -43,7 +43,7 @@ from producers.cbd.runner import collect_facts, run_host_checks
 from producers.cbd.targets import HostSpec, HostTarget, LocalTarget, stop
 from producers.cbd.verdict import decide
 
-AGENT_COMMANDS_TOPIC = "aegis.agent-commands"
+AGENT_COMMANDS_TOPIC = "aegis.agent-commands"  # schemas.topics.AGENT_COMMANDS
 CBD_RESULTS_TOPIC = "aegis.cbd-results"
 VERSION = 1
 
