@@ -1,0 +1,55 @@
+"""Phase 1 on simulator scenarios: only the log stream, through the engine and guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.engine import Engine
+from producers.sim.simulation import SimConfig, Simulation
+from schemas.topics import LOGS
+
+
+def run_logs(scenario: str, hosts: int = 16, seed: int = 4) -> tuple[Simulation, Engine]:
+    sim = Simulation(SimConfig(hosts=hosts, hosts_per_job=hosts, scenario=scenario, seed=seed,
+                               duration_s=240, fault_at_s=60))
+    eng = Engine(inventory=sim.inventory)
+    for topic, _k, _ts, value in sim.iter_encoded():
+        if topic == LOGS.name:
+            eng.feed(topic, value)
+    eng.sink.flush()
+    return sim, eng
+
+
+def isolated(eng: Engine) -> set[str]:
+    return {c.target for c in eng.sink.commands if c.action in ("isolate_host", "isolate_gpu")}
+
+
+@pytest.mark.parametrize("scenario", ["xid79", "xid48", "nvlink_error", "pcie_degradation"])
+def test_critical_error_isolates_that_host_and_none_of_its_peers(scenario: str) -> None:
+    sim, eng = run_logs(scenario)
+    culprit = sim.truth[0]["culprit"]["hosts"][0]
+    assert isolated(eng) == {culprit}
+    assert [d.kind for d in eng.sink.diagnoses] == ["critical_error"]
+    assert any(c.action == "restart_job" for c in eng.sink.commands)
+
+
+def test_two_host_connection_reset_isolates_both() -> None:
+    sim, eng = run_logs("conn_reset_2host")
+    assert isolated(eng) == set(sim.truth[0]["culprit"]["hosts"]) and len(isolated(eng)) == 2
+    assert eng.sink.diagnoses[0].kind == "dist_error"
+
+
+def test_correctable_ecc_storm_isolates_nothing() -> None:
+    _, eng = run_logs("ecc_storm")
+    assert not isolated(eng)
+
+
+def test_config_error_on_every_host_is_config_without_isolation() -> None:
+    _, eng = run_logs("config_error")
+    assert [d.kind for d in eng.sink.diagnoses] == ["config"]
+    assert not isolated(eng)
+
+
+def test_healthy_run_has_no_diagnosis() -> None:
+    _, eng = run_logs("healthy")
+    assert not eng.sink.diagnoses and not eng.sink.commands
