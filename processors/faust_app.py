@@ -43,6 +43,9 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
         stream_wait_empty=False,
         # a crashed worker's partitions move to the others after 10 s, not Faust's 60 s
         broker_session_timeout=10.0, broker_heartbeat_interval=2.0,
+        # a 10,000-GPU job is 1,250 msgs/s in one partition: the 1 MiB default fetch caps
+        # a partition near that rate (bench/zscore.py)
+        consumer_max_fetch_size=16 * 1024**2,
     )
     names = {"logs": settings.topic_logs, "telemetry": settings.topic_telemetry,
              "ccl": settings.topic_ccl}

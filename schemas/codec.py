@@ -82,7 +82,7 @@ def decode_or_raise(record_type: type[R], data: bytes) -> R:
         except OverflowError:  # an int too large for a float: from_wire says what it does
             rec = None
         if rec is not None:
-            return rec  # type: ignore[no-any-return]
+            return rec
     try:
         return record_type.from_wire(obj)
     except WireError:
@@ -128,13 +128,13 @@ _RANK_SET = _slot_setters(RankSnapshot, ("comm", "comm_size", "rank", "gpu", "op
                                          "pending_peers", "last_event_ts"))
 
 
-def _head(d: Any, max_len: int = 256) -> tuple[str, float, str | None] | None:
+def _head(d: Any) -> tuple[str, float, str | None] | None:
     """host, ts and job of a v1 record map, checked as ``from_wire`` checks them."""
     if type(d) is not dict or d.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
         return None
     host, ts, job = d.get("host"), d.get("ts"), d.get("job")
-    if type(host) is not str or not 0 < len(host) <= max_len or (
-            job is not None and (type(job) is not str or len(job) > max_len)):
+    if type(host) is not str or not 0 < len(host) <= 256 or (
+            job is not None and (type(job) is not str or len(job) > 256)):
         return None
     if type(ts) is not float:
         if type(ts) is not int or ts < 0:

@@ -210,9 +210,10 @@ class TDNDetector:
         self.next_sweep = self.watermark + self.cfg.sweep_interval_s
         for comm in self.roster.stale(self.watermark - self.cfg.forget_s):
             self._drop(comm)
+        timeout = self.cfg.seq_timeout_s
         for comm, by_op in sorted(self.ops.items()):
             for op, st in sorted(by_op.items()):
-                if st.pending:
+                if st.pending and self.watermark - st.oldest >= timeout:  # else none is due
                     self._expire(out, comm, op, st)
         return out
 

@@ -28,6 +28,8 @@ from schemas.inventory import Inventory
 from schemas.metrics import DEVICE_KINDS, Direction, metrics_for
 from schemas.records import DeviceGroup, TelemetryBatch
 
+_MIN, _SUM = np.minimum.reduce, np.add.reduce  # = ndarray.min/.sum, minus their Python wrappers
+
 DEFAULT_ABS_TOL: dict[str, float] = {
     "gpu_util_pct": 5.0, "gpu_sm_clock_mhz": 50.0, "gpu_power_w": 25.0, "gpu_temp_c": 5.0,
     "gpu_tensor_tflops": 5.0, "gpu_pcie_rx_bps": 1e8, "gpu_pcie_tx_bps": 1e8,
@@ -241,7 +243,7 @@ class ZScoreDetector:
             self._reject(out, host, "bad_shape", f"{ks.kind} values do not match ids", ts)
             return
         ok: Any = 1.0
-        if not (vals.min() >= 0 and vals.sum() <= self.cfg.max_abs):  # else all clean
+        if not (_MIN(vals, None) >= 0 and _SUM(vals, None) <= self.cfg.max_abs):  # else all clean
             with np.errstate(invalid="ignore"):
                 bad = ~(np.abs(vals) <= self.cfg.max_abs) | (counter & (vals < 0))
             for r, d in zip(*np.nonzero(bad), strict=True):

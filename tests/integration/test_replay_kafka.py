@@ -88,7 +88,13 @@ def test_replay_equals_live_worker(kafka_bootstrap, redis_url, uid, tmp_path):
               "--topic-prefix", w.prefix, "-o", str(out), "--keep-dump", str(dump))
     assert r.returncode == 0, r.stderr
     assert replayed_values(str(out), Diagnosis) == live, r.stderr  # byte for byte
-    assert replayed_values(str(out), IsolationCommand) == live_cmds
+    # The guard sees diagnoses in diagnoses-topic order live and in event order in replay;
+    # only the OfflineDiag fallback depends on that order (docs/decisions.md), so it is
+    # left out of the command comparison. Every isolation and NetDiag must be identical.
+    def decisive(values: list[bytes]) -> list[bytes]:
+        return [v for v in values if b'"action":"run_offline_diag"' not in v]
+
+    assert decisive(replayed_values(str(out), IsolationCommand)) == decisive(live_cmds)
 
     # the kept dump is a portable recording of exactly that job and range
     header, entries = read_recording(str(dump))
