@@ -200,11 +200,7 @@ class FatalGpuFault(Fault):
         return job.global_rank(job.hosts.index(host), gpu)
 
     def before(self, t: float) -> None:
-        js = self.ctx.work.jobs[self.job]
-        if t >= self.start_ts:
-            js.hang(self.start_ts)
-        if t >= self.dead_ts:
-            js.kill(self.dead_ts)
+        hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts:
@@ -281,3 +277,13 @@ def _next_op(work: Workload, job: int, host: int, entry: int) -> int:
     launches = work.launches[host, entry]
     nxt = (hung_ops(p * launches) + 1) / launches
     return int(np.argmin(nxt))
+
+
+def hang_then_kill(fault: Any, t: float) -> None:
+    """The job hangs at the fault's start and its processes die at ``dead_ts`` (the
+    watchdog or IB timeout), as every hang-type fault does."""
+    js = fault.ctx.work.jobs[fault.job]
+    if t >= fault.start_ts:
+        js.hang(fault.start_ts)
+    if t >= fault.dead_ts:
+        js.kill(fault.dead_ts)

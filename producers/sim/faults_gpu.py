@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from producers.sim import log_templates as lt
-from producers.sim.fault_base import FatalGpuFault, Fault
+from producers.sim.fault_base import FatalGpuFault, Fault, hang_then_kill
 from producers.sim.state import GI, HUNG, TickArrays, put
 from producers.sim.topology import gpu_bus_id, switch_port_id
 
@@ -71,11 +71,7 @@ class ComputeHang(Fault):
         self._scheduled = False
 
     def before(self, t: float) -> None:
-        js = self.ctx.work.jobs[self.job]
-        if t >= self.start_ts:
-            js.hang(self.start_ts)
-        if t >= self.dead_ts:
-            js.kill(self.dead_ts)
+        hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:

@@ -7,7 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from producers.sim import log_templates as lt
-from producers.sim.fault_base import Fault, LinkFault, _next_op
+from producers.sim.fault_base import Fault, LinkFault, _next_op, hang_then_kill
 from producers.sim.state import HUNG, NI, TickArrays, put
 from producers.sim.topology import GPUS_PER_HOST, netdev_name, nic_bus_id
 
@@ -27,11 +27,7 @@ class NetworkHang(LinkFault):
         self.outstanding = {r: int(self.rng.integers(8, 64)) for r in range(3)}
 
     def before(self, t: float) -> None:
-        js = self.ctx.work.jobs[self.job]
-        if t >= self.start_ts:
-            js.hang(self.start_ts)
-        if t >= self.dead_ts:
-            js.kill(self.dead_ts)
+        hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
@@ -198,11 +194,7 @@ class ConnReset2Host(Fault):
                     pre, topo.hosts[b].mgmt_ip, int(self.rng.integers(32768, 61000))))
 
     def before(self, t: float) -> None:
-        js = self.ctx.work.jobs[self.job]
-        if t >= self.start_ts:
-            js.hang(self.start_ts)
-        if t >= self.dead_ts:
-            js.kill(self.dead_ts)
+        hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
