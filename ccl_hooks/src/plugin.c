@@ -50,6 +50,41 @@ static ncclResult_t acc_stop_event(void* handle) {
   return ncclSuccess;
 }
 
+/* The v4 and v5 descriptors differ in layout but name these members alike, so one body
+ * (expanded per version) copies what the accounting needs into a version-free acc_descr. */
+#define ACC_DEFINE_START(NAME, DESCR_T)                                          \
+  static ncclResult_t NAME(void* context, void** handle, DESCR_T* d) {           \
+    if (handle == NULL) return ncclSuccess;                                      \
+    *handle = NULL;                                                              \
+    if (d == NULL) return ncclSuccess;                                           \
+    struct acc_descr a;                                                          \
+    memset(&a, 0, sizeof(a));                                                    \
+    a.type = d->type;                                                            \
+    a.parent = d->parentObj;                                                     \
+    switch (d->type) {                                                           \
+      case ncclProfileColl:                                                      \
+        a.func = d->coll.func;                                                   \
+        a.nch = d->coll.nChannels;                                               \
+        break;                                                                   \
+      case ncclProfileP2p:                                                       \
+        a.func = d->p2p.func;                                                    \
+        a.nch = d->p2p.nChannels;                                                \
+        break;                                                                   \
+      case ncclProfileProxyOp:                                                   \
+        a.pid = d->proxyOp.pid;                                                  \
+        a.peer = d->proxyOp.peer;                                                \
+        a.is_send = d->proxyOp.isSend;                                           \
+        break;                                                                   \
+      case ncclProfileKernelCh:                                                  \
+        a.ptimer = d->kernelCh.pTimer;                                           \
+        break;                                                                   \
+      default:                                                                   \
+        break;                                                                   \
+    }                                                                            \
+    acc_start(context, handle, &a);                                              \
+    return ncclSuccess;                                                          \
+  }
+
 /* ---- v4 ---- */
 
 static ncclResult_t acc_init_v4(void** context, int* mask, const char* name, uint64_t hash,
@@ -57,37 +92,7 @@ static ncclResult_t acc_init_v4(void** context, int* mask, const char* name, uin
   return acc_init_common(context, mask, name, hash, nnodes, nranks, rank, log);
 }
 
-static ncclResult_t acc_start_v4(void* context, void** handle, ncclProfilerEventDescr_v4_t* d) {
-  if (handle == NULL) return ncclSuccess;
-  *handle = NULL;
-  if (d == NULL) return ncclSuccess;
-  struct acc_descr a;
-  memset(&a, 0, sizeof(a));
-  a.type = d->type;
-  a.parent = d->parentObj;
-  switch (d->type) {
-    case ncclProfileColl:
-      a.func = d->coll.func;
-      a.nch = d->coll.nChannels;
-      break;
-    case ncclProfileP2p:
-      a.func = d->p2p.func;
-      a.nch = d->p2p.nChannels;
-      break;
-    case ncclProfileProxyOp:
-      a.pid = d->proxyOp.pid;
-      a.peer = d->proxyOp.peer;
-      a.is_send = d->proxyOp.isSend;
-      break;
-    case ncclProfileKernelCh:
-      a.ptimer = d->kernelCh.pTimer;
-      break;
-    default:
-      break;
-  }
-  acc_start(context, handle, &a);
-  return ncclSuccess;
-}
+ACC_DEFINE_START(acc_start_v4, ncclProfilerEventDescr_v4_t)
 
 static ncclResult_t acc_record_v4(void* handle, ncclProfilerEventState_v4_t state,
                                   ncclProfilerEventStateArgs_v4_t* args) {
@@ -108,37 +113,7 @@ static ncclResult_t acc_init_v5(void** context, uint64_t comm_id, int* mask, con
   return acc_init_common(context, mask, name, comm_id, nnodes, nranks, rank, log);
 }
 
-static ncclResult_t acc_start_v5(void* context, void** handle, ncclProfilerEventDescr_v5_t* d) {
-  if (handle == NULL) return ncclSuccess;
-  *handle = NULL;
-  if (d == NULL) return ncclSuccess;
-  struct acc_descr a;
-  memset(&a, 0, sizeof(a));
-  a.type = d->type;
-  a.parent = d->parentObj;
-  switch (d->type) {
-    case ncclProfileColl:
-      a.func = d->coll.func;
-      a.nch = d->coll.nChannels;
-      break;
-    case ncclProfileP2p:
-      a.func = d->p2p.func;
-      a.nch = d->p2p.nChannels;
-      break;
-    case ncclProfileProxyOp:
-      a.pid = d->proxyOp.pid;
-      a.peer = d->proxyOp.peer;
-      a.is_send = d->proxyOp.isSend;
-      break;
-    case ncclProfileKernelCh:
-      a.ptimer = d->kernelCh.pTimer;
-      break;
-    default:
-      break;
-  }
-  acc_start(context, handle, &a);
-  return ncclSuccess;
-}
+ACC_DEFINE_START(acc_start_v5, ncclProfilerEventDescr_v5_t)
 
 static ncclResult_t acc_record_v5(void* handle, ncclProfilerEventState_v5_t state,
                                   ncclProfilerEventStateArgs_v5_t* args) {
