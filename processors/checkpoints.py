@@ -3,9 +3,10 @@ an event is in the changelog.
 
 An agent iterates ``stream.noack()``; after processing an event it ``hold``s it under its
 job. When the job's detector state is written to the Table (every ``every_s`` of event
-time, or at once when a diagnosis came out), every held event of that job is acked. Faust
-flushes the producer (changelog included) before it commits offsets, so a committed offset
-is always covered by a durable snapshot. After a crash the worker restores the snapshot
+time, or at once when a diagnosis came out), the producer is flushed and only then is
+every held event of that job acked, so a committed offset is always covered by a durable
+snapshot. (Faust also flushes before committing, but a kill -9 between the two was seen
+to lose the last table writes of already-acked events.) After a crash the worker restores the snapshot
 and re-reads from the committed offset; records the snapshot already counted are
 recognised as duplicates by the detectors (per-host last event time), and diagnoses
 carry stable ids, so nothing is lost or counted twice.

@@ -97,9 +97,11 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 ts = proc._watermark.get(job, 0.0)
                 if holder.due(job, ts, force=bool(res.diagnoses)):
                     save_chunked(state, f"{kind}:{job}", proc.snapshot(job))
+                    await app.producer.flush()  # state durable before its events are acked
                     holder.checkpointed(job, ts, lambda e: asyncio.ensure_future(ack_stream.ack(e)))
                 for quiet in holder.quiet_jobs(msg.partition, wall, job):
                     save_chunked(state, f"{kind}:{quiet}", proc.snapshot(quiet))
+                    await app.producer.flush()
                     holder.checkpointed(quiet, proc._watermark.get(quiet, 0.0),
                                         lambda e: asyncio.ensure_future(ack_stream.ack(e)))
                 if metrics is not None:

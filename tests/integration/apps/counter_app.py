@@ -44,6 +44,7 @@ def build(broker: str, in_topic: str, out_topic: str, app_id: str) -> faust.App:
                 counts[key] = msgpack.packb(cur)
                 await out.send(key=key, value=msgpack.packb(cur))
             holder.hold(rec["key"], event.message.partition, event, time.monotonic())
+            await app.producer.flush()  # the changelog write is durable before the ack
             holder.checkpointed(rec["key"], 0.0, lambda e: asyncio.ensure_future(s.ack(e)))
 
     return app
