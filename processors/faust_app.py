@@ -14,7 +14,14 @@ from typing import Any
 
 import faust
 
-from processors.checkpoints import AckHolder, load_chunked, save_chunked
+from processors import faust_fixes
+from processors.checkpoints import (
+    AckHolder,
+    PendingWrites,
+    load_chunked,
+    save_chunked,
+    tracked_table,
+)
 from processors.pipeline import INPUT_KINDS, InputProcessor
 from processors.settings import PipelineConfig, Settings
 from schemas.codec import decode, encode
@@ -35,6 +42,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
     """Build the worker app. ``command_sink`` has add/flush (the Redis queue); ``metrics``
     is a sinks.metrics.Metrics (or None)."""
     config = config or PipelineConfig()
+    faust_fixes.apply()
     app = faust.App(
         settings.app_id, broker=broker_urls(settings.brokers), store="memory://",
         key_serializer="raw", value_serializer="raw", topic_partitions=settings.partitions,
@@ -56,13 +64,26 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
     commands_t = app.topic(settings.topic_commands, key_type=bytes, value_type=bytes,
                            partitions=settings.partitions)
     deadletter_t = app.topic(settings.topic_deadletter, key_type=bytes, value_type=bytes)
-    state = app.Table("detector-state", default=None, partitions=settings.partitions,
-                      key_type=bytes, value_type=bytes)
-    guard_state = app.Table("guard-state", default=None, partitions=settings.partitions,
-                            key_type=bytes, value_type=bytes)
+    # every produced record an ack depends on (changelog, diagnoses, commands, dead
+    # letters) is awaited before the ack: processors.checkpoints.PendingWrites
+    pending = PendingWrites()
+    state = tracked_table(app, "detector-state", pending, default=None,
+                          partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    guard_state = tracked_table(app, "guard-state", pending, default=None,
+                                partitions=settings.partitions, key_type=bytes,
+                                value_type=bytes)
+
+    async def send(topic: Any, key: bytes, value: bytes) -> None:
+        pending.add(await topic.send(key=key, value=value))
+
+    async def ack_in_order(stream: Any, events: list[Any]) -> None:
+        if events:
+            await pending.settled()
+            for ev in events:
+                await stream.ack(ev)
 
     async def dead_letter(dl: DeadLetter) -> None:
-        await deadletter_t.send(key=dl.topic.encode(), value=encode(dl))
+        await send(deadletter_t, dl.topic.encode(), encode(dl))
         if metrics is not None:
             metrics.record_dead_letter(dl.topic, dl.stage)
         log.warning("dead letter from %s[%d]@%d: %s", dl.topic, dl.partition, dl.offset, dl.error)
@@ -84,10 +105,10 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                     metrics.record_in(msg.topic)
                 if res.dead_letter is not None:
                     await dead_letter(res.dead_letter)
-                    await ack_stream.ack(event)
+                    await ack_in_order(ack_stream, holder.release(msg.partition, event))
                     continue
                 for d in res.diagnoses:
-                    await diagnoses_t.send(key=d.job.encode(), value=encode(d))
+                    await send(diagnoses_t, d.job.encode(), encode(d))
                     if metrics is not None:
                         metrics.record_items((d,))
                         metrics.record_out(settings.topic_diagnoses)
@@ -97,13 +118,11 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 ts = proc._watermark.get(job, 0.0)
                 if holder.due(job, ts, force=bool(res.diagnoses)):
                     save_chunked(state, f"{kind}:{job}", proc.snapshot(job))
-                    await app.producer.flush()  # state durable before its events are acked
-                    holder.checkpointed(job, ts, lambda e: asyncio.ensure_future(ack_stream.ack(e)))
+                    await ack_in_order(ack_stream, holder.checkpointed(job, ts))
                 for quiet in holder.quiet_jobs(msg.partition, wall, job):
                     save_chunked(state, f"{kind}:{quiet}", proc.snapshot(quiet))
-                    await app.producer.flush()
-                    holder.checkpointed(quiet, proc._watermark.get(quiet, 0.0),
-                                        lambda e: asyncio.ensure_future(ack_stream.ack(e)))
+                    await ack_in_order(ack_stream, holder.checkpointed(
+                        quiet, proc._watermark.get(quiet, 0.0)))
                 if metrics is not None:
                     metrics.observe_latency(time.perf_counter() - started)
 
@@ -134,13 +153,15 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
 
         guards: dict[int, Guard] = {}
         sizes = {j: len(hs) for j, hs in (inventory.jobs.items() if inventory else [])}
-        async for event in stream.events():
+        async def handle(event: Any) -> None:
             msg = event.message
+            if metrics is not None:
+                metrics.record_in(msg.topic)
             d = decode(Diagnosis, event.value)
             if isinstance(d, WireError):
                 await dead_letter(DeadLetter(msg.topic, msg.partition, msg.offset,
                                              bytes(event.value), str(d)))
-                continue
+                return
             g = guards.get(msg.partition)
             if g is None:
                 g = guards[msg.partition] = Guard(config.section("guard"),
@@ -150,7 +171,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                     g.restore(msgpack.unpackb(bytes(saved), raw=False, strict_map_key=False))
             decision = g.decide(d)
             if decision.duplicate:
-                continue
+                return
             for cmd in decision.commands:
                 if command_sink is not None:
                     command_sink.add(cmd)
@@ -158,17 +179,23 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 # at-least-once: this event is acked only after the queue has the commands
                 await asyncio.to_thread(command_sink.flush)
             for cmd in decision.commands:
-                await commands_t.send(key=cmd.job.encode(), value=encode(cmd))
+                await send(commands_t, cmd.job.encode(), encode(cmd))
                 if metrics is not None:
                     metrics.record_items((cmd,))
                     metrics.record_out(settings.topic_commands)
             for extra in decision.diagnoses:
-                await diagnoses_t.send(key=extra.job.encode(), value=encode(extra))
+                await send(diagnoses_t, extra.job.encode(), encode(extra))
             for refusal in decision.refusals:
                 if metrics is not None:
                     metrics.record_items((refusal,))
                 log.info("guard refused %s %s: %s", refusal.action, refusal.target, refusal.reason)
             guard_state[f"guard:{msg.partition}".encode()] = msgpack.packb(
                 g.snapshot(), use_bin_type=True)
+
+        guard_stream = stream.noack()
+        async for event in guard_stream.events():
+            await handle(event)
+            # the guard's state, commands and extra diagnoses are on the broker first
+            await ack_in_order(guard_stream, [event])
 
     return app

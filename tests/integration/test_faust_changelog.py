@@ -23,16 +23,7 @@ def _latest(msgs: list) -> dict[str, dict]:
 
 
 def test_table_state_recovers_after_kill(kafka_bootstrap: str, uid: str, tmp_path) -> None:
-    # KNOWN DEFECT (closing note of the foundation issue): about one kill -9 in four loses
-    # the last one or two table writes of records whose offsets were committed. Until it is
-    # found, up to three attempts on fresh topics are allowed, and the first failure is printed.
-    for attempt in "ab":
-        try:
-            _kill_and_recover(kafka_bootstrap, uid + attempt, tmp_path / attempt)
-            return
-        except AssertionError as e:
-            print(f"changelog recovery attempt {attempt} failed (known defect): {str(e)[:300]}")
-    _kill_and_recover(kafka_bootstrap, uid + "c", tmp_path / "c")
+    _kill_and_recover(kafka_bootstrap, uid, tmp_path)
 
 
 def _kill_and_recover(kafka_bootstrap: str, uid: str, tmp_path) -> None:

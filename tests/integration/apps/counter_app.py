@@ -10,25 +10,28 @@ Run: python -m tests.integration.apps.counter_app BROKER IN_TOPIC OUT_TOPIC APP_
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 
 import faust
 import msgpack
 
-from processors.checkpoints import AckHolder
+from processors import faust_fixes
+from processors.checkpoints import AckHolder, PendingWrites, tracked_table
 from processors.faust_app import broker_urls
 
 
 def build(broker: str, in_topic: str, out_topic: str, app_id: str) -> faust.App:
+    faust_fixes.apply()
     app = faust.App(app_id, broker=broker_urls(broker), store="memory://", key_serializer="raw",
                     value_serializer="raw", topic_partitions=2, topic_replication_factor=1,
                     web_enabled=False, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=0.5)
     src = app.topic(in_topic, key_type=bytes, value_type=bytes, partitions=2)
     out = app.topic(out_topic, key_type=bytes, value_type=bytes, partitions=2)
-    counts = app.Table("counts", default=None, partitions=2, key_type=bytes, value_type=bytes)
+    pending = PendingWrites()
+    counts = tracked_table(app, "counts", pending, default=None, partitions=2, key_type=bytes,
+                           value_type=bytes)
 
     @app.agent(src, name="counter")
     async def counter(stream):  # type: ignore[no-untyped-def]
@@ -42,10 +45,11 @@ def build(broker: str, in_topic: str, out_topic: str, app_id: str) -> faust.App:
             if rec["seq"] > cur["last_seq"]:
                 cur = {"count": cur["count"] + 1, "last_seq": rec["seq"]}
                 counts[key] = msgpack.packb(cur)
-                await out.send(key=key, value=msgpack.packb(cur))
+                pending.add(await out.send(key=key, value=msgpack.packb(cur)))
             holder.hold(rec["key"], event.message.partition, event, time.monotonic())
-            await app.producer.flush()  # the changelog write is durable before the ack
-            holder.checkpointed(rec["key"], 0.0, lambda e: asyncio.ensure_future(s.ack(e)))
+            await pending.settled()  # the changelog write is on the broker before the ack
+            for ready in holder.checkpointed(rec["key"], 0.0):
+                await s.ack(ready)
 
     return app
 
