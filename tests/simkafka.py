@@ -37,6 +37,19 @@ def read_diagnoses(bootstrap: str, topic: str, until: Any = None, timeout: float
     return out  # type: ignore[return-value]
 
 
+def topic_end(bootstrap: str, topic: str) -> int:
+    """Records in ``topic``: the sum of its partitions' high watermarks (no compaction)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"end-{time.time_ns()}"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in meta.partitions)
+    finally:
+        c.close()
+
+
 def redis_commands(redis_url: str, cluster: str) -> list[IsolationCommand]:
     r = redis.Redis.from_url(redis_url)
     out = []

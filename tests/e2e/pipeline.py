@@ -12,7 +12,7 @@ from processors.scoring import Score, score
 from producers.sim.kafka_out import KafkaSimSink
 from producers.sim.simulation import SimConfig, Simulation
 from schemas.inventory import Inventory
-from tests.simkafka import read_diagnoses, redis_commands
+from tests.simkafka import read_diagnoses, redis_commands, topic_end
 from tests.workerutil import WorkerProc
 
 
@@ -39,13 +39,33 @@ def run_pipeline(bootstrap: str, redis_url: str, uid: str, tmp: Path,
         for topic, n in counts.items():  # wait until the worker has read everything
             w.wait_metric(f'aegis_events_in_total{{topic="{w.topic(topic)}"}} {float(n)}',
                           timeout=max(10.0, deadline - time.monotonic()))
-        time.sleep(settle_s)  # guard agent, Redis and the diagnoses topic catch up
+        wait_guard_drained(bootstrap, w, settle_s, deadline)
         truth = [f for s in sims for f in s.truth]
-        diags = read_diagnoses(bootstrap, w.topic("aegis.diagnoses"), timeout=30)
+        n_diags = topic_end(bootstrap, w.topic("aegis.diagnoses"))
+        diags = read_diagnoses(bootstrap, w.topic("aegis.diagnoses"), timeout=60,
+                               until=lambda ds: len(ds) >= n_diags)
         cmds = redis_commands(redis_url, w.cluster)
         return sims, score(truth, diags, cmds), w
     finally:
         w.stop()
+
+
+def wait_guard_drained(bootstrap: str, w: WorkerProc, quiet_s: float, deadline: float) -> None:
+    """Wait until the guard has read every record of the diagnoses topic and the topic has
+    stopped growing for ``quiet_s`` (late Phase-2/Z-score diagnoses, guard follow-ups)."""
+    topic = w.topic("aegis.diagnoses")
+    needle = f'aegis_events_in_total{{topic="{topic}"}} '
+    stable_since, last = time.monotonic(), -1
+    while time.monotonic() < deadline:
+        end = topic_end(bootstrap, topic)
+        read = next((float(line[len(needle):]) for line in w.metrics().splitlines()
+                     if line.startswith(needle)), 0.0)
+        if end != last or read < end:
+            stable_since, last = time.monotonic(), end
+        elif time.monotonic() - stable_since >= quiet_s:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"guard did not drain {topic} (end {last}):\n{w.tail()}")
 
 
 def describe(result: Score) -> list[str]:

@@ -43,5 +43,6 @@ def test_mixed_fifty_faults_end_to_end(kafka_bootstrap, redis_url, uid, tmp_path
     assert s["faults"] >= 50
     # isolations are what costs hosts; extra run_offline_diag commands can appear when the
     # logs agent runs ahead of the CCL agent under this bulk load (reported, not asserted)
-    assert s["isolation_precision"] >= 0.95 and s["recall"] >= 0.95, "\n".join(describe(result))
+    assert s["isolation_precision"] >= 0.95 and s["recall"] >= 0.95, (
+        "\n".join(describe(result)) + "\n--- worker log tail ---\n" + w.tail())
     assert s["false_isolations"] == 0
