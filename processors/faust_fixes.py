@@ -20,9 +20,12 @@ per-source last event time, so a rewind costs time, never correctness.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+log = logging.getLogger("aegis.worker")
 _APPLIED = False
+_LEADER_TOPIC = "__assignor-__leader"  # Faust's own leader-election topic: left alone
 
 
 def apply() -> None:
@@ -57,10 +60,16 @@ def apply() -> None:
         await original_seek(self)
         if self.app.conf.consumer_auto_offset_reset != "earliest":
             return
-        unsought = [tp for tp in self.assignment()
-                    if not self._is_changelog_tp(tp) and not self._committed_offset.get(tp)]
+        streams = [tp for tp in self.assignment()
+                   if not self._is_changelog_tp(tp) and not tp.topic.endswith(_LEADER_TOPIC)]
+        unsought = [tp for tp in streams if not self._committed_offset.get(tp)]
         for tp in unsought:
             await self.seek(tp, 0)  # an expired offset 0 resets to the earliest one
+        # one line per rebalance: where each input partition resumes (for operators and logs)
+        log.warning("input partitions sought to committed offsets (generation %s): %s",
+                    self.app.consumer_generation_id,
+                    ", ".join(f"{tp.topic}[{tp.partition}]@{self._committed_offset.get(tp) or 0}"
+                              for tp in sorted(streams)))
 
     Recovery.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
     Consumer.perform_seek = perform_seek  # type: ignore[method-assign]
