@@ -34,5 +34,15 @@ def test_xid79_from_log_topic_to_commands(kafka_bootstrap, redis_url, uid, tmp_p
         audit = consume(kafka_bootstrap, w.topic("aegis.commands"), timeout=30,
                         until=lambda ms: len(ms) >= len(cmds))
         assert len(audit) == len(cmds)
+        # issue 7: the live worker's /metrics shows every family, with this run's counts
+        metrics = w.wait_metric('aegis_commands_issued_total{action="isolate_host"} 1.0')
+        for family in ("aegis_events_in_total", "aegis_events_out_total",
+                       "aegis_dead_letters_total", "aegis_diagnoses_total",
+                       "aegis_commands_issued_total", "aegis_commands_refused_total",
+                       "aegis_consumer_lag", "aegis_processing_latency_seconds",
+                       "aegis_sink_retries_total"):
+            assert f"# TYPE {family}" in metrics, (family, metrics)
+        assert 'aegis_diagnoses_total{kind="critical_error"}' in metrics, metrics
+        w.wait_metric("aegis_consumer_lag{", timeout=30)  # the 5 s lag timer has run
     finally:
         w.stop()
