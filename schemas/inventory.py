@@ -36,6 +36,17 @@ class HostInventory:
     gpu_bus_ids: tuple[str, ...] = ()  # index i = GPU i, normalised
     nics: tuple[str, ...] = ()  # index i = NIC i (rail i), e.g. mlx5_0
     tor: tuple[str, ...] = ()  # index i = ToR switch that NIC i connects to
+    rail_ips: tuple[str, ...] = ()  # index i = data-plane (RoCE) address of NIC i / GPU i
+
+    def gpu_for_ip(self, ip: str) -> int | None:
+        """GPU i when ``ip`` is NIC i's data-plane address (rail-optimised: NIC i and GPU i
+        share a PCIe switch); else, when ``ips`` lists exactly one address per GPU, its
+        index; else None (a management address names only the host)."""
+        if ip in self.rail_ips:
+            return self.rail_ips.index(ip)
+        if len(self.ips) > 1 and len(self.ips) == len(self.gpu_bus_ids) and ip in self.ips:
+            return self.ips.index(ip)
+        return None
 
     def gpu_for_bus(self, bus: str) -> int | None:
         n = normalise_bus_id(bus)
@@ -51,7 +62,7 @@ class Inventory:
 
     def add_host(self, h: HostInventory) -> None:
         self.hosts[h.host] = h
-        for ip in h.ips:
+        for ip in (*h.ips, *h.rail_ips):
             self._by_ip[ip] = h.host
 
     def merge(self, other: Inventory) -> Inventory:
@@ -60,7 +71,8 @@ class Inventory:
         from schemas.errors import ConfigError
 
         for h in other.hosts.values():
-            clash = [ip for ip in h.ips if ip in self._by_ip and self._by_ip[ip] != h.host]
+            clash = [ip for ip in (*h.ips, *h.rail_ips)
+                     if ip in self._by_ip and self._by_ip[ip] != h.host]
             if h.host in self.hosts or clash:
                 raise ConfigError(f"inventory merge: host {h.host} or its IPs {clash} already known")
             self.add_host(h)
@@ -74,7 +86,9 @@ class Inventory:
     def to_wire(self) -> dict[str, Any]:
         return {
             "hosts": [{"host": h.host, "ips": list(h.ips), "gpu_bus_ids": list(h.gpu_bus_ids),
-                       "nics": list(h.nics), "tor": list(h.tor)} for h in self.hosts.values()],
+                       "nics": list(h.nics), "tor": list(h.tor),
+                       **({"rail_ips": list(h.rail_ips)} if h.rail_ips else {})}
+                      for h in self.hosts.values()],
             "jobs": {j: list(hs) for j, hs in self.jobs.items()},
             "ranks": {j: {str(r): [h, g] for r, (h, g) in m.items()} for j, m in self.ranks.items()},
         }
@@ -87,7 +101,8 @@ class Inventory:
                 raise ValidationError("Inventory", "hosts", h, "host entry without a name")
             buses = tuple(normalise_bus_id(b) or b for b in h.get("gpu_bus_ids", []))
             inv.add_host(HostInventory(h["host"], tuple(h.get("ips", [])), buses,
-                                       tuple(h.get("nics", [])), tuple(h.get("tor", []))))
+                                       tuple(h.get("nics", [])), tuple(h.get("tor", [])),
+                                       tuple(h.get("rail_ips", []))))
         inv.jobs = {j: tuple(hs) for j, hs in d.get("jobs", {}).items()}
         inv.ranks = {j: {int(r): (str(v[0]), int(v[1])) for r, v in m.items()}
                      for j, m in d.get("ranks", {}).items()}

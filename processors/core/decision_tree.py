@@ -329,9 +329,7 @@ class DecisionTree:
         if inv is not None:
             host = inv.host_for_ip(addr)
             if host is not None:
-                hi = inv.hosts[host]
-                one_ip_per_gpu = len(hi.ips) > 1 and len(hi.ips) == len(hi.gpu_bus_ids)
-                return host, hi.ips.index(addr) if one_ip_per_gpu else None
+                return host, inv.hosts[host].gpu_for_ip(addr)
             if addr in inv.hosts:
                 return addr, None
         for name in (addr, addr.split(".")[0]):

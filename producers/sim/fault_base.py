@@ -57,6 +57,7 @@ class Fault:
     summary: ClassVar[str] = ""
     kinds: ClassVar[tuple[str, ...]] = ()
     must_detect: ClassVar[bool] = True
+    in_mixed: ClassVar[bool] = True  # drawn by mixed mode (with its Aegis §2 share)
 
     ctx: Ctx
     fault_id: str
@@ -158,6 +159,21 @@ class Fault:
                                                       timeout_ms, timeout_ms + int(self.rng.integers(5, 120))):
                     self.ctx.log(ts, h, "training", line)
 
+    def stop_reporting(self, a: TickArrays, host: int, gpu: int) -> None:
+        """The process on ``gpu`` is gone: its ranks' CCL records stop."""
+        a.dropped.setdefault(host, set()).update(
+            e for e, ent in enumerate(self.ctx.topo.host_entries[host]) if ent.gpu == gpu)
+
+    def hung(self, a: TickArrays, skip: Collection[tuple[int, int]] = ()) -> bool:
+        """True on ticks after the start while the job hangs; the first such tick schedules
+        the watchdog timeouts (every rank but ``skip``), for every hang-type fault."""
+        if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
+            return False
+        if not getattr(self, "_watchdog_scheduled", False):
+            self._watchdog_scheduled = True
+            self.schedule_watchdog(self.start_ts + self.ctx.watchdog_s, skip=skip)
+        return True
+
     def schedule_ib_errors(self, t: float, host: int, rail: int) -> None:
         """NCCL IB completion errors on the ring neighbours of ``host`` on ``rail``, naming it."""
         topo = self.ctx.topo
@@ -212,9 +228,7 @@ class FatalGpuFault(Fault):
         if self.ctx.work.jobs[self.job].status == HUNG:
             self.wait_for(a, self.host, self.gpu)
             if a.t >= self.crash_ts:  # the culprit's process is gone: its ranks stop reporting
-                a.dropped.setdefault(self.host, set()).update(
-                    e for e, ent in enumerate(self.ctx.topo.host_entries[self.host])
-                    if ent.gpu == self.gpu)
+                self.stop_reporting(a, self.host, self.gpu)
 
     def gpu_symptoms(self, a: TickArrays) -> None:
         """Telemetry of the failed GPU; subclasses override."""

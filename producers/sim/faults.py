@@ -25,6 +25,7 @@ from producers.sim.faults_gpu import (
 from producers.sim.faults_net import (
     ConfigError,
     ConnReset2Host,
+    GpuConnFail,
     LargePacketLoss,
     NetworkHang,
     NicECN,
@@ -35,13 +36,16 @@ from producers.sim.faults_net import (
 CATALOGUE: dict[str, type[Fault]] = {c.scenario: c for c in (
     Xid79, Xid48, NVLinkError, PCIeDegradation, ECCStorm, ConnReset2Host, ConfigError,
     ComputeHang, NetworkHang, NicECN, LargePacketLoss, OpticsFlap, ThermalThrottle,
-    SlowCompute, SlowLink)}
+    SlowCompute, SlowLink, GpuConnFail)}
+# what mixed mode draws from by default (gpu_conn_fail is a RootDiag case for tests only)
+MIXED_DEFAULT: tuple[str, ...] = tuple(s for s, c in CATALOGUE.items() if c.in_mixed)
 
 # Smallest data-parallel ring (hosts per pipeline stage) a scenario needs: a link between
 # hosts or a peer host; 4 for the N-ratio faults, because the 2 ranks over a link can only
 # stand out above β = 1.5x their ring's mean N when they are at most half of it (§5.2).
-MIN_RING: dict[str, int] = {"network_hang": 2, "conn_reset_2host": 2, "nic_ecn": 4,
-                            "large_packet_loss": 4, "optics_flap": 4, "slow_link": 4}
+MIN_RING: dict[str, int] = {"network_hang": 2, "conn_reset_2host": 2, "gpu_conn_fail": 3,
+                            "nic_ecn": 4, "large_packet_loss": 4, "optics_flap": 4,
+                            "slow_link": 4}
 
 # Aegis §2 failure shares by component (percent). GPU = execution error + GPU memory + CUDA +
 # driver; host = CPU + host memory + power/fan + disk. Each maps to the scenarios that show

@@ -68,17 +68,13 @@ class ComputeHang(Fault):
     def setup(self) -> None:
         self.dead_ts = self.start_ts + self.ctx.watchdog_s + 3.0
         self.end_ts = min(self.dead_ts, self.ctx.end_ts)
-        self._scheduled = False
 
     def before(self, t: float) -> None:
         hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
-        if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
+        if not self.hung(a, skip={(self.host, self.gpu)}):
             return
-        if not self._scheduled:
-            self._scheduled = True
-            self.schedule_watchdog(self.start_ts + self.ctx.watchdog_s, skip={(self.host, self.gpu)})
         self.wait_for(a, self.host, self.gpu)
         g = a.gpu[self.host, self.gpu]  # stuck in a compute kernel: busy, drawing power
         g[GI["gpu_power_w"]] = 380 + 10 * float(self.rng.standard_normal())

@@ -23,18 +23,14 @@ class NetworkHang(LinkFault):
     def setup(self) -> None:
         self.dead_ts = self.start_ts + self.ctx.watchdog_s + 3.0
         self.end_ts = min(self.dead_ts, self.ctx.end_ts)
-        self._scheduled = False
         self.outstanding = {r: int(self.rng.integers(8, 64)) for r in range(3)}
 
     def before(self, t: float) -> None:
         hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
-        if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
+        if not self.hung(a):
             return
-        if not self._scheduled:
-            self._scheduled = True
-            self.schedule_watchdog(self.start_ts + self.ctx.watchdog_s)
         _, hosts, ents, me, prev, nxt = self.link_ranks()
         k = _next_op(self.ctx.work, self.job, int(hosts[0]), int(ents[0]))
         wpo = self.ctx.work.wr_per_op[hosts, ents, k]
@@ -184,7 +180,6 @@ class ConnReset2Host(Fault):
         self.extra_hosts = [self.peer]
         self.dead_ts = self.start_ts + self.ctx.watchdog_s + 3.0
         self.end_ts = min(self.dead_ts, self.ctx.end_ts)
-        self._scheduled = False
         topo = self.ctx.topo
         for a, b in ((self.host, self.peer), (self.peer, self.host)):
             for g in sorted(self.rng.choice(GPUS_PER_HOST, size=3, replace=False).tolist()):
@@ -197,12 +192,9 @@ class ConnReset2Host(Fault):
         hang_then_kill(self, t)
 
     def after(self, a: TickArrays) -> None:
-        if a.t < self.start_ts or self.ctx.work.jobs[self.job].status != HUNG:
+        if not self.hung(a, skip={(h, g) for h in (self.host, self.peer)
+                                   for g in range(GPUS_PER_HOST)}):
             return
-        if not self._scheduled:
-            self._scheduled = True
-            skip = {(h, g) for h in (self.host, self.peer) for g in range(GPUS_PER_HOST)}
-            self.schedule_watchdog(self.start_ts + self.ctx.watchdog_s, skip=skip)
         if a.t >= self.start_ts + 2:  # both hosts' processes aborted on the NCCL error
             a.ccl_hosts[[self.host, self.peer]] = False
 
@@ -213,6 +205,52 @@ class ConnReset2Host(Fault):
     def actions(self) -> list[list[str]]:
         hosts = self.culprit()["hosts"]
         return [["isolate_host", h] for h in hosts] + [["restart_job", self.job_name]]
+
+
+class GpuConnFail(Fault):
+    """Aegis §3 DistError over more than 2 hosts, resolved by RootDiag: the connections of
+    one GPU (its rail NIC) fail first, so every peer's failed connection points at it."""
+
+    scenario, category = "gpu_conn_fail", "NIC"
+    summary = "one GPU's connections fail first: every peer's IB completion error names it"
+    kinds = ("dist_error",)
+    in_mixed = False  # a RootDiag case for tests; mixed keeps its Aegis §2 draws
+
+    def setup(self) -> None:
+        topo, job = self.ctx.topo, self.ctx.topo.jobs[self.job]
+        if len(job.hosts) < 3:
+            raise ValueError("gpu_conn_fail needs a job of at least 3 hosts")
+        rail, me = self.gpu, topo.hosts[self.host]
+        self.crash_ts = self.start_ts + 2.5  # the culprit's rank aborts on its failed QPs
+        self.dead_ts = self.start_ts + self.ctx.watchdog_s + 3.0
+        self.end_ts = min(self.dead_ts, self.ctx.end_ts)
+        for h in job.hosts:  # each peer's rank on the rail: its connection to the culprit fails
+            if h == self.host:
+                continue
+            peer = topo.hosts[h]
+            ts = self.start_ts + float(self.rng.uniform(0.0, 1.5))
+            pre = lt.nccl_prefix(peer.name, h, rail, thread=311)
+            self.ctx.log(ts, h, "nccl", lt.nccl_ib_completion_error(
+                pre, me.rail_ips[rail], int(self.rng.integers(32768, 61000)), peer.rail_ips[rail]))
+        others = [h for h in job.hosts if h != self.host]
+        for h in self.rng.choice(others, size=2, replace=False).tolist():  # and it sees a few
+            pre = lt.nccl_prefix(me.name, self.host, rail, thread=311)
+            self.ctx.log(self.start_ts + float(self.rng.uniform(1.6, 2.0)), self.host, "nccl",
+                         lt.nccl_ib_completion_error(pre, topo.hosts[h].rail_ips[rail],
+                                                     int(self.rng.integers(32768, 61000)),
+                                                     me.rail_ips[rail]))
+
+    def before(self, t: float) -> None:
+        hang_then_kill(self, t)
+
+    def after(self, a: TickArrays) -> None:
+        if self.hung(a, skip={(self.host, self.gpu)}):
+            self.wait_for(a, self.host, self.gpu)  # peers wait in the next op
+            if a.t >= self.crash_ts:  # its rank aborted on the failed connections
+                self.stop_reporting(a, self.host, self.gpu)
+
+    def actions(self) -> list[list[str]]:
+        return [["isolate_gpu", self.culprit()["gpus"][0]], ["restart_job", self.job_name]]
 
 
 class ConfigError(Fault):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from producers.sim.faults import CATALOGUE, MIN_RING, share_weights
+from producers.sim.faults import MIN_RING, MIXED_DEFAULT, share_weights
 from producers.sim.topology import Topology
 from schemas.errors import ConfigError
 
@@ -90,7 +90,7 @@ def _mixed_count(cfg: SimConfig, n_jobs: int, n_cover: int, at: float) -> int:
 
 def _plan_mixed(cfg: SimConfig, topo: Topology, rng: np.random.Generator,
                 at: float) -> list[Slot]:
-    allowed = list(cfg.mixed_scenarios) if cfg.mixed_scenarios else list(CATALOGUE)
+    allowed = list(cfg.mixed_scenarios) if cfg.mixed_scenarios else list(MIXED_DEFAULT)
     order = [int(j) for j in rng.permutation(len(topo.jobs))]
     tiebreak = {j: i for i, j in enumerate(order)}
     cover = [allowed[int(i)] for i in rng.permutation(len(allowed))] if cfg.mixed_cover_all else []

@@ -53,3 +53,13 @@ def test_config_error_on_every_host_is_config_without_isolation() -> None:
 def test_healthy_run_has_no_diagnosis() -> None:
     _, eng = run_logs("healthy")
     assert not eng.sink.diagnoses and not eng.sink.commands
+
+
+def test_sixteen_hosts_root_is_the_gpu_whose_connections_fail_first() -> None:
+    sim, eng = run_logs("gpu_conn_fail", hosts=16)
+    gpu = sim.truth[0]["culprit"]["gpus"][0]
+    (d,) = eng.sink.diagnoses
+    assert d.kind == "dist_error" and d.culprits.gpus == (gpu,)
+    assert d.evidence["path"][-1] == "RootDiag:hit"
+    assert isolated(eng) == {gpu}  # that GPU only: not its host, not the peers that reported
+    assert any(c.action == "restart_job" for c in eng.sink.commands)

@@ -15,6 +15,7 @@ from producers.sim.faults import (
     CATEGORY_SCENARIOS,
     CATEGORY_SHARES,
     MIN_RING,
+    MIXED_DEFAULT,
     share_weights,
 )
 from producers.sim.simulation import SimConfig, Simulation
@@ -46,10 +47,11 @@ def test_default_count_fills_jobs_and_time() -> None:
 
 def test_cover_all_then_shares() -> None:
     faults = truth(**BIG, seed=6, mixed_faults=50, mixed_cover_all=True)
-    first = [f["scenario"] for f in faults[:len(CATALOGUE)]]
-    assert sorted(first) == sorted(CATALOGUE)
-    rest = Counter(f["scenario"] for f in faults[len(CATALOGUE):])
-    assert "config_error" not in rest and sum(rest.values()) == 50 - len(CATALOGUE)
+    first = [f["scenario"] for f in faults[:len(MIXED_DEFAULT)]]
+    assert sorted(first) == sorted(MIXED_DEFAULT)
+    assert "gpu_conn_fail" in CATALOGUE and "gpu_conn_fail" not in MIXED_DEFAULT
+    rest = Counter(f["scenario"] for f in faults[len(MIXED_DEFAULT):])
+    assert "config_error" not in rest and sum(rest.values()) == 50 - len(MIXED_DEFAULT)
 
 
 def test_restricted_scenarios() -> None:

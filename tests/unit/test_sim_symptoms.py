@@ -86,7 +86,7 @@ def lines_with(scenario: str, text: str) -> list[dict[str, Any]]:
 
 
 BAD_TEXT = ("Xid", "WARN", "Watchdog", "AER", "Link down", "Link DOWN", "reset by peer",
-            "Error", "error")
+            "Error", "error", "limited by", "Link ACTIVE", "completion from peer")
 
 
 def test_healthy_has_no_fault_lines() -> None:
@@ -94,6 +94,15 @@ def test_healthy_has_no_fault_lines() -> None:
     bad = [d["line"] for d in logs("healthy") if any(t in d["line"] for t in BAD_TEXT)]
     assert bad == []
     assert lines_with("healthy", "Init COMPLETE") and lines_with("healthy", " iteration ")
+
+
+def test_healthy_gpus_neither_hot_nor_throttled() -> None:
+    """thermal_throttle's signs (> 85 C, SM clock < 1500 MHz) never occur in a healthy run."""
+    for topic, _, d in run("healthy")[1]:
+        if topic == "aegis.telemetry":
+            values = d["devices"]["gpu"]["values"]
+            assert max(values["gpu_temp_c"]) < 85
+            assert min(values["gpu_sm_clock_mhz"]) > 1500
 
 
 def test_healthy_abnormal_metrics_stay_below_floors() -> None:
@@ -180,6 +189,20 @@ def test_nvlink_error_counters_on_culprit() -> None:
     host, gpu = culprit_host_gpu("nvlink_error")
     d = telemetry("nvlink_error", host, FAULT_AT)[0]
     assert gpu_metric(d, "gpu_nvlink_err_per_s", gpu) > BY_NAME["gpu_nvlink_err_per_s"].floor
+
+
+def test_gpu_conn_fail_every_peer_names_the_culprit_gpus_nic_first() -> None:
+    sim, _ = run("gpu_conn_fail")
+    host, gpu = culprit_host_gpu("gpu_conn_fail")
+    addr = sim.inventory.hosts[host].rail_ips[gpu]
+    errors = lines_with("gpu_conn_fail", "Got completion from peer")
+    peers = set(sim.inventory.jobs[truth("gpu_conn_fail")["job"]]) - {host}
+    naming = [d for d in errors if f"peer {addr}<" in d["line"]]
+    assert {d["host"] for d in naming} == peers  # every peer's connection to it fails
+    assert min(d["ts"] for d in naming) < min(d["ts"] for d in errors if d["host"] == host)
+    watchdogs = lines_with("gpu_conn_fail", "Watchdog caught collective operation timeout")
+    assert watchdogs and min(d["ts"] for d in watchdogs) > max(d["ts"] for d in errors)
+    assert truth("gpu_conn_fail")["expected_actions"][0] == ["isolate_gpu", f"{host}/gpu{gpu}"]
 
 
 def test_pcie_degradation_aer_downgrade_and_replays() -> None:
