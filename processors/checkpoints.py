@@ -127,6 +127,14 @@ class PendingWrites:
     def __len__(self) -> int:
         return len(self._futures)
 
+    async def ack_after(self, stream: Any, events: list[Any]) -> None:
+        """Ack ``events`` (in the order given) on ``stream`` once every write so far is on
+        the broker."""
+        if events:
+            await self.settled()
+            for ev in events:
+                await stream.ack(ev)
+
 
 def tracked_table(app: Any, name: str, pending: PendingWrites, **kwargs: Any) -> Any:
     """``app.Table(name, **kwargs)`` whose changelog writes are added to ``pending``."""

@@ -76,12 +76,6 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
     async def send(topic: Any, key: bytes, value: bytes) -> None:
         pending.add(await topic.send(key=key, value=value))
 
-    async def ack_in_order(stream: Any, events: list[Any]) -> None:
-        if events:
-            await pending.settled()
-            for ev in events:
-                await stream.ack(ev)
-
     async def dead_letter(dl: DeadLetter) -> None:
         await send(deadletter_t, dl.topic.encode(), encode(dl))
         if metrics is not None:
@@ -105,7 +99,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                     metrics.record_in(msg.topic)
                 if res.dead_letter is not None:
                     await dead_letter(res.dead_letter)
-                    await ack_in_order(ack_stream, holder.release(msg.partition, event))
+                    await pending.ack_after(ack_stream, holder.release(msg.partition, event))
                     continue
                 for d in res.diagnoses:
                     await send(diagnoses_t, d.job.encode(), encode(d))
@@ -118,10 +112,10 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
                 ts = proc._watermark.get(job, 0.0)
                 if holder.due(job, ts, force=bool(res.diagnoses)):
                     save_chunked(state, f"{kind}:{job}", proc.snapshot(job))
-                    await ack_in_order(ack_stream, holder.checkpointed(job, ts))
+                    await pending.ack_after(ack_stream, holder.checkpointed(job, ts))
                 for quiet in holder.quiet_jobs(msg.partition, wall, job):
                     save_chunked(state, f"{kind}:{quiet}", proc.snapshot(quiet))
-                    await ack_in_order(ack_stream, holder.checkpointed(
+                    await pending.ack_after(ack_stream, holder.checkpointed(
                         quiet, proc._watermark.get(quiet, 0.0)))
                 if metrics is not None:
                     metrics.observe_latency(time.perf_counter() - started)
@@ -196,6 +190,6 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
         async for event in guard_stream.events():
             await handle(event)
             # the guard's state, commands and extra diagnoses are on the broker first
-            await ack_in_order(guard_stream, [event])
+            await pending.ack_after(guard_stream, [event])
 
     return app

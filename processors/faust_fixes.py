@@ -1,7 +1,8 @@
 """Two fixes to faust-streaming 0.15's restart path, applied once per process.
 
 Measured on the kill -9 test (tests/integration/test_faust_changelog.py, traced):
-after a restart the new worker lost records in 2 of 4 runs. Two causes:
+after a restart the new worker lost records in 5 of 9 runs, 0 of 13 with these fixes
+(and processors.checkpoints). Two of the causes are here:
 
 1. ``Recovery.on_recovery_completed`` resumes the stream partitions *before* it seeks
    them to the committed offsets. Records fetched in between reach the agents (or are

@@ -10,9 +10,9 @@ host that crashed first is not confused with the host that reported first. The p
                    attributed to it (71% of distributed failures are not network failures).
     AppError       the job's own CUDA error (OOM, illegal access): no isolation.
     DistError      distributed symptoms between exactly 2 hosts: isolate both.
-    RootDiag       more hosts: the endpoint at the centre of the failed connections (most
-                   connections, or in all of the first ones) or the one host with host-side
-                   evidence, or the one silent host of the job.
+    RootDiag       more hosts (processors.core.root_diag): the endpoint at the centre of the
+                   failed connections (most connections, or in all of the first ones) or
+                   the one host with host-side evidence, or the one silent host of the job.
     ConfigCheck    the same config error on most hosts: ``config``, no isolation;
                    ``rollback_update`` only when it looks like an update (version mismatch).
     NetDiag        suspect links (failed connections, NIC events): ``run_netdiag``.
@@ -32,6 +32,7 @@ from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, link_id, make_diagnosis, nic_id
 from processors.core.log_classifier import LogEvent, classify
+from processors.core.root_diag import Edge, root_of
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -229,6 +230,7 @@ class DecisionTree:
                               summary=f"application error ({app[0].rule}) on "
                                       f"{len({e.host for e in app})} host(s): fix the job, no isolation")
         dist = [e for e in events if e.cat == "distributed_symptom"]
+        edges: list[Edge] = []
         if dist:
             involved, edges = self._endpoints(dist)
             named = sorted(h for h in involved if not h.startswith("?"))
@@ -240,7 +242,9 @@ class DecisionTree:
                                   detected_ts, 0.7, hosts=named,
                                   summary=f"distributed errors between {' and '.join(named)}: isolate both")
             path.append(f"DistError:{len(involved)}hosts")
-            centre = self._root(events, dist, edges)
+            suspects = sorted({e.host for e in events if e.cat in _HOST_SIDE and e.sev == "degraded"})
+            centre = root_of(edges, suspects, self._job_hosts or frozenset(self.seen_hosts),
+                             {e.host for e in dist}, self.cfg.root_min_share)
             if centre is not None:
                 host, gpu, why = centre
                 path.append(f"RootDiag:{why}")
@@ -258,7 +262,7 @@ class DecisionTree:
         if config:
             return self._config(events, config, path, detected_ts)
         path.append("ConfigCheck:miss")
-        links = self._suspect_links(events, dist)
+        links = self._suspect_links(events, edges)
         if links:
             path.append("NetDiag:hit")
             return self._make("hang_network", "net_diag", events, dist or events, path,
@@ -342,9 +346,9 @@ class DecisionTree:
             return self._ranks[e.rank][1]
         return e.gpu
 
-    def _endpoints(self, dist: list[_Ev]) -> tuple[set[str], list[tuple[float, tuple[str, int | None], tuple[str, int | None]]]]:
+    def _endpoints(self, dist: list[_Ev]) -> tuple[set[str], list[Edge]]:
         involved = {e.host for e in dist}
-        edges = []
+        edges: list[Edge] = []
         unresolved: set[str] = set()
         for e in dist:
             ph, pg = self._peer_host(e)
@@ -358,39 +362,9 @@ class DecisionTree:
             involved |= unresolved
         return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0]))
 
-    def _root(self, events: Sequence[_Ev], dist: list[_Ev], edges: list[Any]) -> tuple[str, int | None, str] | None:
-        """Aegis RootDiag: the endpoint whose connections fail most / first; host evidence wins."""
-        suspects = sorted({e.host for e in events if e.cat in _HOST_SIDE and e.sev == "degraded"})
-        if len(suspects) == 1:
-            return suspects[0], self._centre_gpu(suspects[0], edges), "host_evidence"
-        if edges:
-            deg = Counter(h for _, a, b in edges for h in {a[0], b[0]})
-            ranked = deg.most_common()
-            top, n = ranked[0]
-            second = ranked[1][1] if len(ranked) > 1 else 0
-            if n >= 2 and n > second and n >= self.cfg.root_min_share * len(edges):
-                return top, self._centre_gpu(top, edges), "hit"
-            first = edges[: min(3, len(edges))]
-            common = set.intersection(*({a[0], b[0]} for _, a, b in first))
-            if len(first) >= 2 and len(common) == 1:
-                host = common.pop()
-                return host, self._centre_gpu(host, edges), "first_fail"
-        pool = self._job_hosts or frozenset(self.seen_hosts)
-        silent = sorted(pool - {e.host for e in dist})
-        if len(pool) >= 3 and len(silent) == 1:
-            return silent[0], None, "silent_host"
-        return None
-
     @staticmethod
-    def _centre_gpu(host: str, edges: list[Any]) -> int | None:
-        gpus = Counter(ep[1] for _, a, b in edges for ep in (a, b) if ep[0] == host and ep[1] is not None)
-        if not gpus:
-            return None
-        g, n = gpus.most_common(1)[0]
-        return g if n * 2 > sum(gpus.values()) else None
-
-    def _suspect_links(self, events: Sequence[_Ev], dist: list[_Ev]) -> list[str]:
-        links = {link_id(a[0], b[0]) for _, a, b in self._endpoints(dist)[1]} if dist else set()
+    def _suspect_links(events: Sequence[_Ev], edges: Sequence[Edge]) -> list[str]:
+        links = {link_id(a[0], b[0]) for _, a, b in edges}
         links |= {nic_id(e.host, e.device) if e.device else e.host
                   for e in events if e.cat == "nic_or_link"}
         return sorted(links)

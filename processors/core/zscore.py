@@ -20,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import Outputs, Rejection, gpu_id, nic_id
+from processors.core.base import Outputs, Rejection
 from processors.core.correlate import DETECTOR, Correlator, MetricFlag
 from processors.core.windows import closable_until_ms, starts_within, to_ms, window_start_ms
+from processors.core.zscore_devices import DeviceKind
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
-from schemas.metrics import DEVICE_KINDS, Direction, metrics_for
+from schemas.metrics import DEVICE_KINDS
 from schemas.records import DeviceGroup, TelemetryBatch
 
 _MIN, _SUM = np.minimum.reduce, np.add.reduce  # = ndarray.min/.sum, minus their Python wrappers
@@ -66,85 +67,6 @@ class ZScoreConfig:
             raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations >= 0")
 
 
-def device_name(host: str, kind: str, local: str, alone: bool) -> str:
-    """Culprit name of a reported device: ``h/gpu3``, ``h/nic3`` (from ``mlx5_3``), ``h``."""
-    if kind == "gpu":
-        return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
-    if kind == "nic":
-        tail = local[5:] if local.startswith("mlx5_") else local
-        return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, local)
-    return host if alone or local in ("", "host", host) else f"{host}/{local}"
-
-
-class _Kind:
-    """Per device kind: the slot map, the metric rows and the per-device streak state."""
-
-    def __init__(self, kind: str, cfg: ZScoreConfig) -> None:
-        self.kind = kind
-        self.metrics = metrics_for(kind)
-        self.row = {m.name: i for i, m in enumerate(self.metrics)}
-        d = [m.direction for m in self.metrics]
-        self.hi = np.array([x in (Direction.HIGH_BAD, Direction.BOTH) for x in d])
-        self.lo = np.array([x in (Direction.LOW_BAD, Direction.BOTH) for x in d])
-        self.counter = np.array([m.counter for m in self.metrics])
-        self.floor = np.array([m.floor if m.abnormal else -np.inf for m in self.metrics])
-        self.tol = np.array([cfg.abs_tol.get(m.name, m.floor if m.abnormal else 1e-9)
-                             for m in self.metrics])
-        self.devices: list[tuple[str, str, str]] = []  # slot -> (name, host, local)
-        self.slot: dict[str, int] = {}
-        self.cap = 0
-        rows = len(self.metrics)
-        self.start = np.empty((rows, 0))  # streak start (ms), NaN when none
-        self.last = np.empty((rows, 0))  # end of the last beyond sub-window (ms)
-        self.flagged = np.empty((rows, 0), dtype=bool)  # an incident is open
-        self.small = np.zeros(rows, dtype=np.int8)  # 1 while the group is too small
-        self.history: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._slots_cache: dict[tuple[str, tuple[str, ...]], tuple[Any, ...] | None] = {}
-        self._rows_cache: dict[tuple[str, ...], tuple[Any, ...]] = {}
-
-    def add_device(self, host: str, local: str, alone: bool = False, name: str = "") -> int:
-        name = name or device_name(host, self.kind, local, alone)
-        if name not in self.slot:
-            self.slot[name] = len(self.devices)
-            self.devices.append((name, host, local))
-            if len(self.devices) > self.cap:
-                self.grow(max(8, 2 * self.cap))
-        return self.slot[name]
-
-    def grow(self, cap: int) -> None:
-        pad = cap - self.cap
-        self.start = np.pad(self.start, ((0, 0), (0, pad)), constant_values=np.nan)
-        self.last = np.pad(self.last, ((0, 0), (0, pad)), constant_values=np.nan)
-        self.flagged = np.pad(self.flagged, ((0, 0), (0, pad)))
-        self.cap = cap
-
-    def slots_for(self, host: str, ids: tuple[str, ...]) -> tuple[Any, ...] | None:
-        """``(slots, selector)`` of a host's reported ids; None when an id repeats."""
-        key = (host, ids)
-        if key not in self._slots_cache:
-            unique = len(set(ids)) == len(ids)
-            slots = np.array([self.add_device(host, i, len(ids) == 1) for i in ids],
-                             dtype=np.intp) if unique else None
-            self._slots_cache[key] = None if slots is None else (slots, _selector(slots))
-        return self._slots_cache[key]
-
-    def rows_for(self, names: tuple[str, ...]) -> tuple[Any, ...]:
-        """``(rows, selector, counter column, known names, unknown names)`` of metric names."""
-        if names not in self._rows_cache:
-            known = [n for n in names if n in self.row]
-            rows = np.array([self.row[n] for n in known], dtype=np.intp)
-            self._rows_cache[names] = (rows, _selector(rows), self.counter[rows][:, None],
-                                       known, [n for n in names if n not in self.row])
-        return self._rows_cache[names]
-
-
-def _selector(idx: np.ndarray) -> Any:
-    """A slice when the indices are one ascending run (fast basic indexing), else the array."""
-    if len(idx) and (np.diff(idx) == 1).all():
-        return slice(int(idx[0]), int(idx[-1]) + 1)
-    return idx
-
-
 class ZScoreDetector:
     """Aegis §5.1 over one job's TelemetryBatches; contract in processors/core/base.py."""
 
@@ -156,7 +78,7 @@ class ZScoreDetector:
         self.cfg = cfg = config if config is not None else ZScoreConfig()
         self.w_ms = to_ms(cfg.sub_window_s)
         self.t_ms = to_ms(cfg.window_s)
-        self.kinds = {k: _Kind(k, cfg) for k in DEVICE_KINDS}
+        self.kinds = {k: DeviceKind(k, cfg.abs_tol) for k in DEVICE_KINDS}
         self.corr = Correlator(job, cfg.correlate_wait_s, inventory)
         self.max_ts: float | None = None
         self.closed_ms: int | None = None  # every sub-window ending at or before is closed
@@ -223,7 +145,7 @@ class ZScoreDetector:
         c = self.cfg
         return self.advance(self.max_ts + c.lateness_s + c.sub_window_s + c.correlate_wait_s)
 
-    def _add(self, out: Outputs, ks: _Kind, start: int, host: str, ts: float,
+    def _add(self, out: Outputs, ks: DeviceKind, start: int, host: str, ts: float,
              group: DeviceGroup) -> None:
         found = ks.slots_for(host, tuple(group.ids))
         if found is None:
@@ -294,7 +216,7 @@ class ZScoreDetector:
         out.diagnoses.extend(self.corr.due(watermark))
         return out
 
-    def _evaluate(self, out: Outputs, ks: _Kind, start: int, total: np.ndarray,
+    def _evaluate(self, out: Outputs, ks: DeviceKind, start: int, total: np.ndarray,
                   count: np.ndarray) -> None:
         """Aegis §5.1 on one closed sub-window of one device kind, all metrics at once."""
         cfg, n, end = self.cfg, len(ks.devices), start + self.w_ms

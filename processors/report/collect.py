@@ -15,7 +15,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from processors.core.zscore import ZScoreConfig, device_name
+from processors.core.zscore import ZScoreConfig
+from processors.core.zscore_devices import device_name
 from processors.pipeline import input_kind
 from schemas.metrics import metrics_for
 from schemas.recording import RecordingEntry

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from processors.core.zscore import ZScoreConfig, ZScoreDetector, device_name
+from processors.core.zscore import ZScoreConfig, ZScoreDetector
+from processors.core.zscore_devices import device_name
 from schemas.errors import ConfigError
 from schemas.records import DeviceGroup, TelemetryBatch
 from tests.unit.test_zscore_sim import T0, Cluster, host_name, run, step_fault

@@ -47,9 +47,8 @@ def build(broker: str, in_topic: str, out_topic: str, app_id: str) -> faust.App:
                 counts[key] = msgpack.packb(cur)
                 pending.add(await out.send(key=key, value=msgpack.packb(cur)))
             holder.hold(rec["key"], event.message.partition, event, time.monotonic())
-            await pending.settled()  # the changelog write is on the broker before the ack
-            for ready in holder.checkpointed(rec["key"], 0.0):
-                await s.ack(ready)
+            # the changelog write is on the broker before the ack
+            await pending.ack_after(s, holder.checkpointed(rec["key"], 0.0))
 
     return app
 

@@ -1,0 +1,92 @@
+"""The device side of the Z-score detector (Aegis §5.1): per device kind, which slot each
+reported device has, which row each catalogue metric has, and the per-device streak
+arrays that grow as devices join the job. Split from :mod:`processors.core.zscore`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from processors.core.base import gpu_id, nic_id
+from schemas.metrics import Direction, metrics_for
+
+
+def device_name(host: str, kind: str, local: str, alone: bool) -> str:
+    """Culprit name of a reported device: ``h/gpu3``, ``h/nic3`` (from ``mlx5_3``), ``h``."""
+    if kind == "gpu":
+        return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
+    if kind == "nic":
+        tail = local[5:] if local.startswith("mlx5_") else local
+        return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, local)
+    return host if alone or local in ("", "host", host) else f"{host}/{local}"
+
+
+class DeviceKind:
+    """Per device kind: the slot map, the metric rows and the per-device streak state."""
+
+    def __init__(self, kind: str, abs_tol: Mapping[str, float]) -> None:
+        self.kind = kind
+        self.metrics = metrics_for(kind)
+        self.row = {m.name: i for i, m in enumerate(self.metrics)}
+        d = [m.direction for m in self.metrics]
+        self.hi = np.array([x in (Direction.HIGH_BAD, Direction.BOTH) for x in d])
+        self.lo = np.array([x in (Direction.LOW_BAD, Direction.BOTH) for x in d])
+        self.counter = np.array([m.counter for m in self.metrics])
+        self.floor = np.array([m.floor if m.abnormal else -np.inf for m in self.metrics])
+        self.tol = np.array([abs_tol.get(m.name, m.floor if m.abnormal else 1e-9)
+                             for m in self.metrics])
+        self.devices: list[tuple[str, str, str]] = []  # slot -> (name, host, local)
+        self.slot: dict[str, int] = {}
+        self.cap = 0
+        rows = len(self.metrics)
+        self.start = np.empty((rows, 0))  # streak start (ms), NaN when none
+        self.last = np.empty((rows, 0))  # end of the last beyond sub-window (ms)
+        self.flagged = np.empty((rows, 0), dtype=bool)  # an incident is open
+        self.small = np.zeros(rows, dtype=np.int8)  # 1 while the group is too small
+        self.history: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._slots_cache: dict[tuple[str, tuple[str, ...]], tuple[Any, ...] | None] = {}
+        self._rows_cache: dict[tuple[str, ...], tuple[Any, ...]] = {}
+
+    def add_device(self, host: str, local: str, alone: bool = False, name: str = "") -> int:
+        name = name or device_name(host, self.kind, local, alone)
+        if name not in self.slot:
+            self.slot[name] = len(self.devices)
+            self.devices.append((name, host, local))
+            if len(self.devices) > self.cap:
+                self.grow(max(8, 2 * self.cap))
+        return self.slot[name]
+
+    def grow(self, cap: int) -> None:
+        pad = cap - self.cap
+        self.start = np.pad(self.start, ((0, 0), (0, pad)), constant_values=np.nan)
+        self.last = np.pad(self.last, ((0, 0), (0, pad)), constant_values=np.nan)
+        self.flagged = np.pad(self.flagged, ((0, 0), (0, pad)))
+        self.cap = cap
+
+    def slots_for(self, host: str, ids: tuple[str, ...]) -> tuple[Any, ...] | None:
+        """``(slots, selector)`` of a host's reported ids; None when an id repeats."""
+        key = (host, ids)
+        if key not in self._slots_cache:
+            unique = len(set(ids)) == len(ids)
+            slots = np.array([self.add_device(host, i, len(ids) == 1) for i in ids],
+                             dtype=np.intp) if unique else None
+            self._slots_cache[key] = None if slots is None else (slots, _selector(slots))
+        return self._slots_cache[key]
+
+    def rows_for(self, names: tuple[str, ...]) -> tuple[Any, ...]:
+        """``(rows, selector, counter column, known names, unknown names)`` of metric names."""
+        if names not in self._rows_cache:
+            known = [n for n in names if n in self.row]
+            rows = np.array([self.row[n] for n in known], dtype=np.intp)
+            self._rows_cache[names] = (rows, _selector(rows), self.counter[rows][:, None],
+                                       known, [n for n in names if n not in self.row])
+        return self._rows_cache[names]
+
+
+def _selector(idx: np.ndarray) -> Any:
+    """A slice when the indices are one ascending run (fast basic indexing), else the array."""
+    if len(idx) and (np.diff(idx) == 1).all():
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
