@@ -17,7 +17,7 @@ from processors.progress import Progress
 from processors.settings import PipelineConfig
 from schemas.errors import AegisError, ConfigError, WireError
 from schemas.inventory import Inventory
-from schemas.recording import read_recording
+from schemas.recording import read_header, read_recording
 
 
 def build_parser(prog: str = "aegis diagnose") -> argparse.ArgumentParser:
@@ -32,6 +32,9 @@ def build_parser(prog: str = "aegis diagnose") -> argparse.ArgumentParser:
     p.add_argument("--no-finish", action="store_true",
                    help="do not close open windows at the end of the file (what the live "
                         "worker would have emitted by then, exactly)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes (default 0: one per CPU, at most one per detector; 1: this "
+                        "process only); the outputs are the same (docs/replay.md)")
     return p
 
 
@@ -46,8 +49,17 @@ def load_inventory(path: str | None, header: dict) -> Inventory | None:
 
 def run_file(path: str, sink: object, inventory_path: str | None = None,
              config: PipelineConfig | None = None, progress: Progress | None = None,
-             finish: bool = True) -> Engine:
-    """Feed a recording through a fresh engine into ``sink``; returns the engine."""
+             finish: bool = True, workers: int = 1) -> Engine:
+    """Feed a recording through a fresh engine into ``sink``; returns the engine. With
+    ``workers`` > 1 the detectors run in that many processes (processors.replay_parallel),
+    with the same outputs."""
+    if workers > 1:
+        from processors.replay import replay_file
+
+        inventory = load_inventory(inventory_path, read_header(path))
+        run = replay_file(path, [config or PipelineConfig()], inventory, [sink], finish=finish,
+                          workers=workers, progress=progress)
+        return run.engines[0]
     header, entries = read_recording(path)
     engine = Engine(config, load_inventory(inventory_path, header), sink)  # type: ignore[arg-type]
     engine.run(entries, progress=progress.update if progress else None, finish=finish)
@@ -67,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aegis diagnose: {e}", file=sys.stderr)
         return 2
     progress = Progress("diagnose", enabled=True if a.progress else None)
+    from processors.replay_parallel import default_workers
+
+    workers = a.workers if a.workers > 0 else default_workers(1)
     try:
         with JsonlSink(a.out, include_refusals=not a.no_refusals) as sink:
-            engine = run_file(a.file, sink, a.inventory, config, progress, finish=not a.no_finish)
+            engine = run_file(a.file, sink, a.inventory, config, progress,
+                              finish=not a.no_finish, workers=workers)
     except WireError as e:
         print(f"aegis diagnose: {e}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.pipeline import INPUT_KINDS, InputProcessor, input_kind
+from processors.pipeline import INPUT_KINDS, InputProcessor, Processed, input_kind
 from processors.settings import PipelineConfig
 from schemas.inventory import Inventory
 from schemas.records import Diagnosis
@@ -57,16 +57,23 @@ class Engine:
             offset = self._offsets.get(topic, -1) + 1
         self._offsets[topic] = offset
         res = self.inputs[kind].handle(value, topic=topic, partition=partition, offset=offset)
+        self.take(res)
+        return res.diagnoses
+
+    def take(self, res: Processed) -> None:
+        """Route what one input message produced: its dead letter, rejection counts and
+        diagnoses (each through the guard). Parallel replay calls this with results made
+        in other processes, in the order the messages were read."""
         if res.dead_letter is not None:
             self.stats.dead_letters += 1
             self.sink.add(res.dead_letter)
         for rj in res.rejections:
             self.stats.rejections[rj.reason] = self.stats.rejections.get(rj.reason, 0) + 1
         for d in res.diagnoses:
-            self._route(d)
-        return res.diagnoses
+            self.route(d)
 
-    def _route(self, d: Diagnosis) -> None:
+    def route(self, d: Diagnosis) -> None:
+        """One diagnosis to the sink, then through the guard (its commands and refusals)."""
         self.stats.diagnoses += 1
         self.sink.add(d)
         decision = self.guard.decide(d)
@@ -91,7 +98,7 @@ class Engine:
                     if callable(flush):
                         out = flush()
                         for d in out.diagnoses:
-                            self._route(d)
+                            self.route(d)
         self.sink.flush()
 
     def run(self, entries: Iterable[tuple[str, Any, float, bytes]],

@@ -41,6 +41,11 @@ def input_kind(topic: str) -> str | None:
     return None
 
 
+def detector_names(kind: str) -> list[str]:
+    """The detectors of one input kind, in the order each record passes through them."""
+    return [name for name, _cls in _detector_types(kind)]
+
+
 def _detector_types(kind: str) -> list[tuple[str, Any]]:
     """(name, class) of the detectors of one input kind, imported on first use."""
     if kind == "logs":
@@ -75,7 +80,9 @@ class InputProcessor:
 
     def __init__(self, kind: str, config: PipelineConfig | None = None,
                  inventory: Inventory | None = None,
-                 load_state: Callable[[str], bytes | None] | None = None) -> None:
+                 load_state: Callable[[str], bytes | None] | None = None,
+                 only: tuple[str, ...] | None = None) -> None:
+        """``only`` (detector names, e.g. ``("tdn",)``) runs a subset: parallel replay."""
         if kind not in INPUT_KINDS:
             raise ValueError(f"unknown input kind {kind!r}")
         self.kind = kind
@@ -86,13 +93,15 @@ class InputProcessor:
         self._jobs: dict[str, dict[str, Any]] = {}
         self._watermark: dict[str, float] = {}
         self._load_state = load_state
+        self._only = only
         self.counts = {"in": 0, "dead_letter": 0, "diagnoses": 0, "rejections": 0}
 
     # -- detectors per job -------------------------------------------------------------
     @property
     def _types(self) -> list[tuple[str, Any]]:
         if self._types_cache is None:
-            self._types_cache = _detector_types(self.kind)
+            types = _detector_types(self.kind)
+            self._types_cache = [t for t in types if self._only is None or t[0] in self._only]
         return self._types_cache
 
     def _new(self, cls: Any, job: str) -> Any:

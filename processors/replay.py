@@ -35,10 +35,11 @@ from processors.diagnose import load_inventory
 from processors.dump import dump_job, parse_time
 from processors.engine import Engine
 from processors.progress import Progress
+from processors.replay_parallel import default_workers
 from processors.settings import PipelineConfig
 from schemas.errors import AegisError, ConfigError, ServiceUnavailable
 from schemas.inventory import Inventory
-from schemas.recording import RecordingEntry, read_recording
+from schemas.recording import RecordingEntry, read_header, read_recording
 from sinks.base import SinkItem
 from sinks.delivery import FanoutSink
 
@@ -88,6 +89,45 @@ class ReplayRun:
     jobs: dict[str, int] = field(default_factory=dict)  # records per job key
 
 
+def new_run(configs: list[PipelineConfig], inventory: Inventory | None,
+            sinks: list[Any] | None = None) -> ReplayRun:
+    """One fresh engine per config, each writing to a list (and to ``sinks[i]`` if given)."""
+    lists = [ListSink() for _ in configs]
+    engines = []
+    for i, cfg in enumerate(configs):
+        extra = sinks[i] if sinks is not None and i < len(sinks) and sinks[i] is not None else None
+        engines.append(Engine(cfg, inventory, TeeSink(lists[i], extra) if extra else lists[i]))
+    return ReplayRun(engines, [s.items for s in lists])
+
+
+def replay_file(path: str, configs: list[PipelineConfig], inventory: Inventory | None,
+                sinks: list[Any] | None = None, finish: bool = False, job: str | None = None,
+                t_from: float | None = None, t_to: float | None = None, workers: int = 1,
+                progress: Progress | None = None) -> ReplayRun:
+    """Replay a recording's selected entries: in ``workers`` processes when above 1
+    (processors.replay_parallel; same outputs), else in this one. The parallel path falls
+    back to the serial one when a detector crashes on some record."""
+    if workers > 1:
+        from processors.replay_parallel import Selection, replay_parallel
+
+        run = new_run(configs, inventory, sinks)
+        results = replay_parallel(Selection(path, job, t_from, t_to), configs, run.engines,
+                                  inventory, finish, workers, progress)
+        if results is not None:
+            r0 = results[0]
+            run.records, run.first_ts, run.last_ts, run.jobs = (r0.records, r0.first_ts,
+                                                                r0.last_ts, r0.jobs)
+            if progress is not None:
+                progress.update(run.records)
+            return run
+        # a detector crashed on some record: only the serial pipeline handles that exactly
+    _header, entries = read_recording(path)
+    if progress is not None:
+        entries = counting(entries, path, progress)
+    return replay_entries(select_entries(entries, job, t_from, t_to), configs, inventory,
+                          sinks, finish=finish)
+
+
 def replay_entries(entries: Iterable[RecordingEntry], configs: list[PipelineConfig],
                    inventory: Inventory | None = None, sinks: list[Any] | None = None,
                    finish: bool = False, progress: Progress | None = None) -> ReplayRun:
@@ -96,12 +136,8 @@ def replay_entries(entries: Iterable[RecordingEntry], configs: list[PipelineConf
     ``sinks[i]`` (optional) also receives engine i's outputs (e.g. a JsonlSink). With
     ``finish`` the engines close their open windows at the end (``Engine.finish``).
     """
-    lists = [ListSink() for _ in configs]
-    engines = []
-    for i, cfg in enumerate(configs):
-        extra = sinks[i] if sinks is not None and i < len(sinks) and sinks[i] is not None else None
-        engines.append(Engine(cfg, inventory, TeeSink(lists[i], extra) if extra else lists[i]))
-    run = ReplayRun(engines, [s.items for s in lists])
+    run = new_run(configs, inventory, sinks)
+    engines = run.engines
     n, first, last, jobs = 0, None, None, run.jobs
     feeds = [e.feed for e in engines]
     for entry in entries:
@@ -179,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-refusals", action="store_true", help="leave guard refusals out of -o")
     p.add_argument("--keep-dump", help="Kafka: keep the dumped recording at this path")
     p.add_argument("--slack", type=float, default=0.0, help="Kafka: read this many s past --to")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes, one per detector and policy (default 0: one per CPU, at "
+                        "most one per task; 1: this process only); the outputs are the same")
     p.add_argument("--progress", action="store_true", help="progress bar even when not a TTY")
     return p
 
@@ -229,20 +268,21 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     from sinks.jsonl import JsonlSink
 
     try:
-        header, entries = read_recording(path)
+        header = read_header(path)
         inventory = load_inventory(a.inventory, header)
     except AegisError as e:
         return _fail(str(e), 1)
     except OSError as e:
         return _fail(str(e), 2)
     progress = Progress("replay", expected_records(path, header), enabled=enabled)
-    source = select_entries(counting(entries, path, progress), a.job, t_from, t_to)
+    workers = a.workers if a.workers > 0 else default_workers(len(configs))
     what = len(configs) - 1  # the engine whose outputs -o and --report show
     try:
         with JsonlSink(a.out, include_refusals=not a.no_refusals) as out:
             sinks: list[Any] = [None] * len(configs)
             sinks[what] = out
-            run = replay_entries(source, configs, inventory, sinks, finish=a.finish)
+            run = replay_file(path, configs, inventory, sinks, a.finish, a.job, t_from, t_to,
+                              workers, progress)
     except ConfigError as e:
         return _fail(str(e), 2)
     except AegisError as e:

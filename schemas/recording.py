@@ -198,17 +198,30 @@ def read_recording(path: str) -> tuple[dict[str, Any], Iterator[RecordingEntry]]
     fh = open(path, "rb")  # noqa: SIM115 - closed by the iterator
     unpacker = msgpack.Unpacker(fh, raw=False, strict_map_key=False, max_buffer_size=1 << 30)
     try:
+        header = _header(path, unpacker)
+    except BaseException:
+        fh.close()
+        raise
+    return header, _entries(path, fh, unpacker)
+
+
+def read_header(path: str) -> dict[str, Any]:
+    """Only the header of a recording, checked as :func:`read_recording` checks it."""
+    with open(path, "rb") as fh:
+        return _header(path, msgpack.Unpacker(fh, raw=False, strict_map_key=False,
+                                              max_buffer_size=1 << 30))
+
+
+def _header(path: str, unpacker: msgpack.Unpacker) -> dict[str, Any]:
+    try:
         header = next(unpacker)
     except (StopIteration, ValueError, msgpack.UnpackException) as e:
-        fh.close()
         raise DecodeError(f"{path}: no recording header ({e or 'empty file'})") from e
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        fh.close()
         raise DecodeError(f"{path}: not an {FORMAT} file (header {str(header)[:80]!r})")
     if header.get("v") != VERSION:
-        fh.close()
         raise VersionError("recording", header.get("v"), (VERSION,))
-    return header, _entries(path, fh, unpacker)
+    return header
 
 
 def _entries(path: str, fh: io.BufferedReader | BinaryIO, unpacker: msgpack.Unpacker
