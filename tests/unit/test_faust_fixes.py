@@ -53,3 +53,34 @@ def test_latest_reset_policy_is_left_alone() -> None:
     c.app.conf.consumer_auto_offset_reset = "latest"
     asyncio.run(Consumer.perform_seek(c))  # type: ignore[arg-type]
     assert c.seeks == []
+
+
+def test_fetch_gets_a_frozen_copy_and_an_empty_one_fetches_nothing() -> None:
+    """aiokafka reads an empty partition set as "all partitions", and Faust's set is live:
+    emptied while a fetch waits (changelogs paused, streams not yet resumed), it drained
+    every partition and Faust dropped the records. The fetch now gets a frozen copy."""
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    faust_fixes.apply()
+    calls: list[object] = []
+
+    class Thread:
+        def _ensure_consumer(self) -> object:
+            return SimpleNamespace(_max_poll_records=None)
+
+        async def call_thread(self, fn, consumer, active, timeout, max_records):
+            calls.append(active)
+            return {"fetched": sorted(active) if active is not None else "all"}
+
+        _fetch_records = None
+
+    live = {TP("t", 0), TP("t", 1)}
+    got = asyncio.run(AIOKafkaConsumerThread.getmany(Thread(), live, 1.0))  # type: ignore[arg-type]
+    assert got == {"fetched": sorted(live)}
+    assert isinstance(calls[-1], frozenset) and calls[-1] == live
+    live.clear()  # what later pauses do to Faust's set: the copy already sent is unchanged
+    assert calls[-1] == {TP("t", 0), TP("t", 1)}
+    assert asyncio.run(AIOKafkaConsumerThread.getmany(Thread(), set(), 1.0)) == {}  # type: ignore[arg-type]
+    assert len(calls) == 1  # the empty set never reached aiokafka
+    assert asyncio.run(AIOKafkaConsumerThread.getmany(Thread(), None, 1.0)) == {"fetched": "all"}  # type: ignore[arg-type]
+    assert faust_fixes.fetch_partitions(None) is None
