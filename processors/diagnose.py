@@ -33,8 +33,9 @@ def build_parser(prog: str = "aegis diagnose") -> argparse.ArgumentParser:
                    help="do not close open windows at the end of the file (what the live "
                         "worker would have emitted by then, exactly)")
     p.add_argument("--workers", type=int, default=0,
-                   help="processes (default 0: one per CPU, at most one per detector; 1: this "
-                        "process only); the outputs are the same (docs/replay.md)")
+                   help="processes: one per input topic, or per detector with 4+ (default 0: "
+                        "one per CPU, at most one per task; 1: this process only); the "
+                        "outputs are the same (docs/replay.md)")
     return p
 
 

@@ -216,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-dump", help="Kafka: keep the dumped recording at this path")
     p.add_argument("--slack", type=float, default=0.0, help="Kafka: read this many s past --to")
     p.add_argument("--workers", type=int, default=0,
-                   help="processes, one per detector and policy (default 0: one per CPU, at "
-                        "most one per task; 1: this process only); the outputs are the same")
+                   help="processes: one per input topic and policy, or per detector with 4+ "
+                        "(default 0: one per CPU, at most one per task; 1: this process "
+                        "only); the outputs are the same (docs/replay.md)")
     p.add_argument("--progress", action="store_true", help="progress bar even when not a TTY")
     return p
 

@@ -39,7 +39,7 @@ from schemas.recording import read_recording
 from schemas.records import DeadLetter, Diagnosis
 
 _PROGRESS_EVERY = 2000
-_progress_slots: Any = None  # the shared counters, set in each worker process
+_progress_slots: Any = None  # shared [records read, bytes read] per task, set in each worker
 
 
 @dataclass(frozen=True)
@@ -124,15 +124,16 @@ def run_task(task: Task, sel: Selection, config: PipelineConfig, inventory: Inve
     events, rejections, jobs = res.events, res.rejections, res.jobs
     first: float | None = None
     last: float | None = None
-    pos = -1
+    pos, seen_bytes = -1, 0
     for pos, (topic, key, ts, value) in enumerate(_selected(sel)):
+        seen_bytes += len(value) + len(topic) + len(key) + 16
         jobs[key] = jobs.get(key, 0) + 1
         if first is None or ts < first:
             first = ts
         if last is None or ts > last:
             last = ts
         if _progress_slots is not None and pos % _PROGRESS_EVERY == 0:
-            _progress_slots[task.slot] = pos
+            _progress_slots[2 * task.slot], _progress_slots[2 * task.slot + 1] = pos, seen_bytes
         kind = kinds.get(topic, "?")
         if kind == "?":
             kind = kinds[topic] = input_kind(topic)
@@ -153,7 +154,7 @@ def run_task(task: Task, sel: Selection, config: PipelineConfig, inventory: Inve
             events.append((pos, out.diagnoses, None))
     res.records, res.first_ts, res.last_ts = pos + 1, first, last
     if _progress_slots is not None:
-        _progress_slots[task.slot] = res.records
+        _progress_slots[2 * task.slot] = res.records
     if finish:
         for job in proc.jobs():
             for det in proc.detectors(job).values():
@@ -207,7 +208,9 @@ def replay_parallel(sel: Selection, configs: list[PipelineConfig], engines: list
     # every script); the children only read the file and return results, then _exit
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    slots = ctx.Array("q", len(tasks), lock=False)
+    slots = ctx.Array("q", 2 * len(tasks), lock=False)
+    size = max(1, os.path.getsize(sel.path))
+    estimate = progress is not None and not progress.total
     order = sorted(tasks, key=lambda t: (-sum(_COST.get(d, 1.0) for d in t.detectors), t.slot))
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx,
                              initializer=_init, initargs=(slots,)) as pool:
@@ -217,7 +220,10 @@ def replay_parallel(sel: Selection, configs: list[PipelineConfig], engines: list
         while pending:
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_EXCEPTION)
             if progress is not None:
-                progress.update(min(slots[t.slot] for t in tasks))
+                n = min(slots[2 * t.slot] for t in tasks)
+                if estimate and slots[1]:  # records in the file, from the first task's bytes
+                    progress.total = max(n, int(size * slots[0] / slots[1]))
+                progress.update(n)
             for f in done:
                 exc = f.exception()
                 if exc is not None:
@@ -225,6 +231,8 @@ def replay_parallel(sel: Selection, configs: list[PipelineConfig], engines: list
                         other.cancel()
                     raise exc
         results = sorted((f.result() for f in futures), key=lambda r: r.task.slot)
+    if estimate and progress is not None:
+        progress.total = results[0].records  # the count is known now
     if any(r.crashed for r in results):
         return None
     for p, engine in enumerate(engines):
