@@ -52,9 +52,9 @@ def run_file(path: str, sink: object, inventory_path: str | None = None,
              config: PipelineConfig | None = None, progress: Progress | None = None,
              finish: bool = True, workers: int = 1) -> Engine:
     """Feed a recording through a fresh engine into ``sink``; returns the engine. With
-    ``workers`` > 1 the detectors run in that many processes (processors.replay_parallel),
-    with the same outputs."""
-    if workers > 1:
+    ``workers`` other than 1 the detectors run in processes (``replay.replay_file``; 0: one
+    per CPU), with the same outputs."""
+    if workers != 1:
         from processors.replay import replay_file
 
         inventory = load_inventory(inventory_path, read_header(path))
@@ -80,13 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aegis diagnose: {e}", file=sys.stderr)
         return 2
     progress = Progress("diagnose", enabled=True if a.progress else None)
-    from processors.replay_parallel import default_workers
-
-    workers = a.workers if a.workers > 0 else default_workers(1)
     try:
         with JsonlSink(a.out, include_refusals=not a.no_refusals) as sink:
             engine = run_file(a.file, sink, a.inventory, config, progress,
-                              finish=not a.no_finish, workers=workers)
+                              finish=not a.no_finish, workers=a.workers)
     except WireError as e:
         print(f"aegis diagnose: {e}", file=sys.stderr)
         return 1

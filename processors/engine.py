@@ -93,12 +93,8 @@ class Engine:
         the live worker never does this."""
         for proc in self.inputs.values():
             for job in proc.jobs():
-                for det in proc.detectors(job).values():
-                    flush = getattr(det, "flush", None)
-                    if callable(flush):
-                        out = flush()
-                        for d in out.diagnoses:
-                            self.route(d)
+                for d in proc.flush(job):
+                    self.route(d)
         self.sink.flush()
 
     def run(self, entries: Iterable[tuple[str, Any, float, bytes]],

@@ -169,6 +169,16 @@ class InputProcessor:
                 dets[name] = self._new(cls, job)
         return dets
 
+    def flush(self, job: str) -> list[Diagnosis]:
+        """End of input for one job: what its detectors that keep open windows emit when
+        they close them (``flush()``), in detector order. Files only, never the live worker."""
+        out: list[Diagnosis] = []
+        for det in self.detectors(job).values():
+            flush = getattr(det, "flush", None)
+            if callable(flush):
+                out.extend(flush().diagnoses)
+        return out
+
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
         self._watermark.pop(job, None)

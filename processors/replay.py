@@ -39,7 +39,7 @@ from processors.replay_parallel import default_workers
 from processors.settings import PipelineConfig
 from schemas.errors import AegisError, ConfigError, ServiceUnavailable
 from schemas.inventory import Inventory
-from schemas.recording import RecordingEntry, read_header, read_recording
+from schemas.recording import RecordingEntry, entry_size, read_header, read_recording
 from sinks.base import SinkItem
 from sinks.delivery import FanoutSink
 
@@ -105,8 +105,11 @@ def replay_file(path: str, configs: list[PipelineConfig], inventory: Inventory |
                 t_from: float | None = None, t_to: float | None = None, workers: int = 1,
                 progress: Progress | None = None) -> ReplayRun:
     """Replay a recording's selected entries: in ``workers`` processes when above 1
-    (processors.replay_parallel; same outputs), else in this one. The parallel path falls
-    back to the serial one when a detector crashes on some record."""
+    (processors.replay_parallel; same outputs; 0 or less: ``default_workers``), else in
+    this one. The parallel path falls back to the serial one when a detector crashes on
+    some record."""
+    if workers <= 0:
+        workers = default_workers(len(configs))
     if workers > 1:
         from processors.replay_parallel import Selection, replay_parallel
 
@@ -179,7 +182,7 @@ def counting(entries: Iterable[RecordingEntry], path: str, progress: Progress
     seen_bytes, n = 0, 0
     for n, e in enumerate(entries, 1):
         if estimate:
-            seen_bytes += len(e.value) + len(e.topic) + len(e.key) + 16
+            seen_bytes += entry_size(e.topic, e.key, e.value)
         if n % 2000 == 0:
             if estimate:
                 progress.total = max(n, int(size * n / seen_bytes))
@@ -276,14 +279,13 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     except OSError as e:
         return _fail(str(e), 2)
     progress = Progress("replay", expected_records(path, header), enabled=enabled)
-    workers = a.workers if a.workers > 0 else default_workers(len(configs))
     what = len(configs) - 1  # the engine whose outputs -o and --report show
     try:
         with JsonlSink(a.out, include_refusals=not a.no_refusals) as out:
             sinks: list[Any] = [None] * len(configs)
             sinks[what] = out
             run = replay_file(path, configs, inventory, sinks, a.finish, a.job, t_from, t_to,
-                              workers, progress)
+                              a.workers, progress)
     except ConfigError as e:
         return _fail(str(e), 2)
     except AegisError as e:

@@ -35,7 +35,7 @@ from processors.pipeline import INPUT_KINDS, InputProcessor, Processed, detector
 from processors.progress import Progress
 from processors.settings import PipelineConfig
 from schemas.inventory import Inventory
-from schemas.recording import read_recording
+from schemas.recording import entry_size, read_recording
 from schemas.records import DeadLetter, Diagnosis
 
 _PROGRESS_EVERY = 2000
@@ -62,6 +62,7 @@ class TaskResult:
     flushed: dict[str, list[Diagnosis]] = field(default_factory=dict)  # job -> finish() output
     crashed: str = ""  # the first detector crash, if any
     records: int = 0  # every selected entry, whatever its topic
+    # the totals of the selection: tallied by the first task only (slot 0)
     ignored: int = 0  # entries of topics that are not inputs
     first_ts: float | None = None
     last_ts: float | None = None
@@ -125,20 +126,22 @@ def run_task(task: Task, sel: Selection, config: PipelineConfig, inventory: Inve
     first: float | None = None
     last: float | None = None
     pos, seen_bytes = -1, 0
+    tally = task.slot == 0
     for pos, (topic, key, ts, value) in enumerate(_selected(sel)):
-        seen_bytes += len(value) + len(topic) + len(key) + 16
-        jobs[key] = jobs.get(key, 0) + 1
-        if first is None or ts < first:
-            first = ts
-        if last is None or ts > last:
-            last = ts
-        if _progress_slots is not None and pos % _PROGRESS_EVERY == 0:
-            _progress_slots[2 * task.slot], _progress_slots[2 * task.slot + 1] = pos, seen_bytes
         kind = kinds.get(topic, "?")
         if kind == "?":
             kind = kinds[topic] = input_kind(topic)
-        if kind != task.kind:
+        if tally:
+            seen_bytes += entry_size(topic, key, value)
+            jobs[key] = jobs.get(key, 0) + 1
+            if first is None or ts < first:
+                first = ts
+            if last is None or ts > last:
+                last = ts
             res.ignored += kind is None
+        if _progress_slots is not None and pos % _PROGRESS_EVERY == 0:
+            _progress_slots[2 * task.slot], _progress_slots[2 * task.slot + 1] = pos, seen_bytes
+        if kind != task.kind:
             continue
         offset = offsets[topic] = offsets.get(topic, -1) + 1
         out = proc.handle(value, topic=topic, partition=0, offset=offset)
@@ -156,22 +159,19 @@ def run_task(task: Task, sel: Selection, config: PipelineConfig, inventory: Inve
     if _progress_slots is not None:
         _progress_slots[2 * task.slot] = res.records
     if finish:
-        for job in proc.jobs():
-            for det in proc.detectors(job).values():
-                flush = getattr(det, "flush", None)
-                if callable(flush):
-                    res.flushed.setdefault(job, []).extend(flush().diagnoses)
+        res.flushed = {job: proc.flush(job) for job in proc.jobs()}
     res.cpu_s = time.process_time() - cpu0
     return res
 
 
-def _route(engine: Engine, results: list[TaskResult], finish: bool) -> None:
-    """Feed one policy's task results to its engine in the serial replay's order."""
+def _route(engine: Engine, results: list[TaskResult], totals: TaskResult, finish: bool) -> None:
+    """Feed one policy's task results to its engine in the serial replay's order
+    (``totals``: the task that tallied the selection)."""
     streams = [[(pos, r.task.slot, diags, dl) for pos, diags, dl in r.events] for r in results]
     for _pos, _slot, diags, dl in heapq.merge(*streams, key=lambda e: (e[0], e[1])):
         engine.take(Processed(diagnoses=diags, dead_letter=dl))
     stats = engine.stats
-    stats.messages, stats.ignored = results[0].records, results[0].ignored
+    stats.messages, stats.ignored = totals.records, totals.ignored
     for r in results:
         for reason, n in r.rejections.items():
             stats.rejections[reason] = stats.rejections.get(reason, 0) + n
@@ -236,5 +236,5 @@ def replay_parallel(sel: Selection, configs: list[PipelineConfig], engines: list
     if any(r.crashed for r in results):
         return None
     for p, engine in enumerate(engines):
-        _route(engine, [r for r in results if r.task.policy == p], finish)
+        _route(engine, [r for r in results if r.task.policy == p], results[0], finish)
     return results
