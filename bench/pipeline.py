@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
 import orjson  # noqa: E402
+from _baseline import raw_consume_decode  # noqa: E402
 
 from producers.sim.log_templates import XID79_TEXT, xid  # noqa: E402
 from producers.sim.simulation import DEFAULT_EPOCH  # noqa: E402
@@ -78,7 +79,7 @@ def throughput(svc: h.Services, worker: Any, records: list[h.Encoded], hosts: in
                            "bytes_per_msg": round(sum(len(r[3]) for r in records) / len(records))}
     out["produce_s"] = round(h.produce(svc.bootstrap, worker.prefix, records), 2)
     types = {worker.topic(t): h.RECORD_TYPES[t] for t in per_topic}
-    raw = h.raw_consume_decode(svc.bootstrap, types, len(records), timeout)
+    raw = raw_consume_decode(svc.bootstrap, types, len(records), timeout)
     out.update(raw.figures())
     worker.start()
     drain = h.wait_drain(worker, list(types), len(records), timeout=timeout,

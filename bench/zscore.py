@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
+from _baseline import raw_consume_decode  # noqa: E402
 
 from processors.core.zscore import ZScoreDetector  # noqa: E402
 from processors.settings import PipelineConfig  # noqa: E402
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             w = h.make_worker(svc, tmp, *extra, partitions=a.partitions)
             topic = w.topic(TELEMETRY.name)
             result["produce_s"] = round(h.produce(svc.bootstrap, w.prefix, recs), 2)
-            raw = h.raw_consume_decode(svc.bootstrap, {topic: TelemetryBatch}, n, a.timeout)
+            raw = raw_consume_decode(svc.bootstrap, {topic: TelemetryBatch}, n, a.timeout)
             result.update(raw.figures())
             result.update(core_cost([r[3] for r in recs]))
             del recs

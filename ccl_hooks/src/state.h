@@ -117,15 +117,30 @@ struct acc_descr {
   uint64_t ptimer;
 };
 
+/* The TD/seq pair of one kind is written and read under this spin lock. */
+static inline void lock_td(struct acc_kind* k) {
+  while (atomic_flag_test_and_set_explicit(&k->td_lock, memory_order_acquire)) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+static inline void unlock_td(struct acc_kind* k) {
+  atomic_flag_clear_explicit(&k->td_lock, memory_order_release);
+}
+
 /* events.c */
 ACC_HIDDEN uint64_t acc_mono_ns(void);
 ACC_HIDDEN uint8_t acc_kind_of(const char* func);
-ACC_HIDDEN struct acc_comm* acc_comm_new(uint64_t hash, int nranks, int rank, int nnodes,
-                                         const char* name, ncclDebugLogger_t log);
-ACC_HIDDEN void acc_comm_free(struct acc_comm* c);
 ACC_HIDDEN void acc_start(struct acc_comm* c, void** handle, const struct acc_descr* d);
 ACC_HIDDEN void acc_stop(void* handle);
 ACC_HIDDEN void acc_record(void* handle, int state, uint64_t ptimer);
+
+/* comm.c */
+ACC_HIDDEN struct acc_comm* acc_comm_new(uint64_t hash, int nranks, int rank, int nnodes,
+                                         const char* name, ncclDebugLogger_t log);
+ACC_HIDDEN void acc_comm_free(struct acc_comm* c);
 ACC_HIDDEN void acc_comm_read(struct acc_comm* c, struct acc_wire_entry* e, int final);
 
 /* reporter.c */

@@ -12,6 +12,7 @@
 
 #include "harness.h"
 
+#define WAIT_MS 8000 /* how long a scenario waits for a datagram */
 #define SIM_QCAP 4096
 #define SIM_STEPS 4   /* network steps per proxy op */
 #define SIM_NCH 2     /* channels per collective */
@@ -52,5 +53,14 @@ void sim_start(struct sim_rank* s);
 void sim_join(struct sim_rank* s);
 /* Compare one received entry with what the simulation did. */
 void sim_check(const struct sim_rank* s, const struct acc_wire_entry* e, const char* what);
+
+/* scenarios.c: helpers the scenarios share with safety.c */
+void set_env(const char* sock, const char* interval_ms);
+void sleep_ms(int ms);
+void rx_drain(struct rx* r);
+void* init_ok(const struct drv* d, const char* name, uint64_t hash, int nranks, int rank);
+
+/* safety.c */
+void run_safety(const struct drv* v4, const struct drv* v5);
 
 #endif /* AEGIS_CCL_SIM_H_ */

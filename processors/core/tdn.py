@@ -20,14 +20,14 @@ incident re-arms after ``persist`` clean evaluations. Contract: processors/core/
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
+from processors.core.tdn_state import OpState, Streak
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.records import CCLRecord, OpCounters, RankSnapshot
@@ -73,36 +73,6 @@ class TDNConfig:
             raise ConfigError("tdn: durations >= 0, sweep_interval_s > 0, limits >= 1")
 
 
-@dataclass(slots=True)
-class _Streak:
-    """One rank's run of violations of one rule in one (communicator, op)."""
-
-    count: int = 0  # consecutive violating evaluations
-    first_seq: int = 0
-    first_ts: float = 0.0
-    clean: int = 0  # consecutive clean evaluations
-    fired: str = ""  # incident key while fired; "" when armed
-
-    def wire(self) -> list[Any]:
-        return [self.count, self.first_seq, self.first_ts, self.clean, self.fired]
-
-
-@dataclass(slots=True)
-class _OpState:
-    size: int
-    pending: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(
-        default_factory=dict)  # seq -> (first record ts, TD by rank, N by rank)
-    oldest: float = math.inf  # least first record ts in ``pending`` (inf when empty)
-    last_seq: dict[int, int] = field(default_factory=dict)
-    done_upto: int = 0
-    streaks: dict[str, dict[int, _Streak]] = field(
-        default_factory=lambda: {"td_short": {}, "n_high": {}})
-
-    def reckon_oldest(self) -> None:
-        """``oldest`` after removals; NaN times are never due, so they do not count."""
-        self.oldest = min((b[0] for b in self.pending.values() if b[0] == b[0]), default=math.inf)
-
-
 class TDNDetector:
     """Aegis §5.2 TD/N rules over one job's CCLRecords."""
 
@@ -113,7 +83,7 @@ class TDNDetector:
         self.job = job
         self.cfg = cfg = config if config is not None else TDNConfig()
         self.roster = CommRoster(cfg.max_comms, cfg.max_peers)
-        self.ops: dict[str, dict[str, _OpState]] = {}  # comm -> op kind -> state
+        self.ops: dict[str, dict[str, OpState]] = {}  # comm -> op kind -> state
         self.incidents: dict[str, list[str]] = {}  # culprit key -> "comm|op|rule|rank" fired
         self.watermark = 0.0
         self.next_sweep = 0.0
@@ -164,7 +134,7 @@ class TDNDetector:
             if len(by_op) >= self.cfg.max_ops:
                 self._reject(out, rec.host, "too_many_ops", _where(snap, o), rec.ts)
                 return False
-            st = by_op[op] = _OpState(snap.comm_size)
+            st = by_op[op] = OpState(snap.comm_size)
         last = st.last_seq.get(rank, 0)
         if seq == last:
             return False  # the same finished launch reported again
@@ -217,12 +187,12 @@ class TDNDetector:
                     self._expire(out, comm, op, st)
         return out
 
-    def _expire(self, out: Outputs, comm: str, op: str, st: _OpState) -> None:
+    def _expire(self, out: Outputs, comm: str, op: str, st: OpState) -> None:
         due = [s for s, b in st.pending.items() if self.watermark - b[0] >= self.cfg.seq_timeout_s]
         if due:
             self._close_upto(out, comm, op, st, max(due))
 
-    def _close_upto(self, out: Outputs, comm: str, op: str, st: _OpState, seq: int) -> None:
+    def _close_upto(self, out: Outputs, comm: str, op: str, st: OpState, seq: int) -> None:
         """Evaluate every buffered iteration up to ``seq``, oldest first (streaks are ordered)."""
         for s in sorted(k for k in st.pending if k <= seq):
             ts, td, n = st.pending.pop(s)
@@ -231,7 +201,7 @@ class TDNDetector:
         st.done_upto = max(st.done_upto, seq)
 
     # ---- the two rules -------------------------------------------------------------------
-    def _evaluate(self, out: Outputs, comm: str, op: str, st: _OpState, seq: int, ts: float,
+    def _evaluate(self, out: Outputs, comm: str, op: str, st: OpState, seq: int, ts: float,
                   td: dict[int, float], n: dict[int, float]) -> None:
         cfg = self.cfg
         alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
@@ -248,7 +218,7 @@ class TDNDetector:
                 ratio = vals[r] / mean
                 s = streaks.get(r)
                 if s is None:
-                    s = streaks[r] = _Streak()
+                    s = streaks[r] = Streak()
                 if ratio < alpha if short else ratio > beta:
                     if s.count == 0:
                         s.first_seq, s.first_ts = seq, ts
@@ -268,7 +238,7 @@ class TDNDetector:
                     else:
                         self._slow_network(out, comm, op, st, vals, mean, ts)
 
-    def _slow_compute(self, out: Outputs, comm: str, op: str, st: _OpState, rank: int,
+    def _slow_compute(self, out: Outputs, comm: str, op: str, st: OpState, rank: int,
                       td: float, mean: float, ts: float) -> None:
         m = self.roster.place(comm, rank)
         if m is None or self._victim(comm, m.host, m.gpu):
@@ -300,7 +270,7 @@ class TDNDetector:
                     return True
         return False
 
-    def _slow_network(self, out: Outputs, comm: str, op: str, st: _OpState,
+    def _slow_network(self, out: Outputs, comm: str, op: str, st: OpState,
                       vals: dict[int, float], mean: float, ts: float) -> None:
         streaks = st.streaks["n_high"]
         group = sorted(r for r, x in streaks.items() if x.count >= max(1, self.cfg.persist // 2))
@@ -333,7 +303,7 @@ class TDNDetector:
                     f"take over {self.cfg.beta}x the mean; suspect {', '.join(links)}"))
 
     # ---- incidents -----------------------------------------------------------------------
-    def _join(self, key: str, tid: str, s: _Streak) -> bool:
+    def _join(self, key: str, tid: str, s: Streak) -> bool:
         """Attach a fired streak to its incident; True if the incident is new."""
         s.fired = key
         ids = self.incidents.get(key)
@@ -344,7 +314,7 @@ class TDNDetector:
             ids.append(tid)
         return False
 
-    def _unfire(self, tid: str, s: _Streak) -> None:
+    def _unfire(self, tid: str, s: Streak) -> None:
         ids = self.incidents.get(s.fired)
         if ids is not None:
             if tid in ids:
@@ -368,12 +338,7 @@ class TDNDetector:
     # ---- state ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Plain msgpack/JSON-able state."""
-        ops = [[c, op, st.size, st.done_upto, [[r, s] for r, s in sorted(st.last_seq.items())],
-                [[s, ts, [[r, v] for r, v in sorted(td.items())],
-                  [[r, v] for r, v in sorted(n.items())]]
-                 for s, (ts, td, n) in sorted(st.pending.items())],
-                {rule: [[r, *x.wire()] for r, x in sorted(xs.items())]
-                 for rule, xs in st.streaks.items()}]
+        ops = [st.to_wire(c, op)
                for c, by_op in sorted(self.ops.items()) for op, st in sorted(by_op.items())]
         return {"v": 1, "job": self.job, "watermark": self.watermark,
                 "next_sweep": self.next_sweep, "roster": self.roster.to_wire(), "ops": ops,
@@ -387,16 +352,8 @@ class TDNDetector:
         det = cls(job, config, inventory)
         det.watermark, det.next_sweep = float(state["watermark"]), float(state["next_sweep"])
         det.roster = CommRoster.from_wire(state["roster"], det.cfg.max_comms, det.cfg.max_peers)
-        for comm, op, size, done, last, pending, streaks in state["ops"]:
-            st = _OpState(int(size), done_upto=int(done),
-                          last_seq={int(r): int(s) for r, s in last})
-            st.pending = {int(s): (float(ts), {int(r): float(v) for r, v in td},
-                                   {int(r): float(v) for r, v in n})
-                          for s, ts, td, n in pending}
-            st.streaks = {rule: {int(r): _Streak(int(c), int(fs), float(ft), int(cl), str(f))
-                                 for r, c, fs, ft, cl, f in xs}
-                          for rule, xs in streaks.items()}
-            st.reckon_oldest()
+        for row in state["ops"]:
+            comm, op, st = OpState.from_wire(row)
             det.ops.setdefault(comm, {})[op] = st
         det.incidents = {k: list(v) for k, v in state["incidents"]}
         return det

@@ -1,5 +1,5 @@
 """Derived bookkeeping the CCL detectors keep for speed stays equal to what it summarises:
-TDN's ``_OpState.oldest`` (least first-report time of the buffered iterations) and
+TDN's ``OpState.oldest`` (least first-report time of the buffered iterations) and
 alignment's per-rank collective-kind CL (evidence), including across snapshot/restore."""
 
 from __future__ import annotations

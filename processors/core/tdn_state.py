@@ -1,0 +1,62 @@
+"""The TD/N detector's per-(communicator, op) state and its snapshot form (Aegis §5.2;
+the rules are in processors/core/tdn.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Streak:
+    """One rank's run of violations of one rule in one (communicator, op)."""
+
+    count: int = 0  # consecutive violating evaluations
+    first_seq: int = 0
+    first_ts: float = 0.0
+    clean: int = 0  # consecutive clean evaluations
+    fired: str = ""  # incident key while fired; "" when armed
+
+    def wire(self) -> list[Any]:
+        return [self.count, self.first_seq, self.first_ts, self.clean, self.fired]
+
+
+@dataclass(slots=True)
+class OpState:
+    size: int
+    pending: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(
+        default_factory=dict)  # seq -> (first record ts, TD by rank, N by rank)
+    oldest: float = math.inf  # least first record ts in ``pending`` (inf when empty)
+    last_seq: dict[int, int] = field(default_factory=dict)
+    done_upto: int = 0
+    streaks: dict[str, dict[int, Streak]] = field(
+        default_factory=lambda: {"td_short": {}, "n_high": {}})
+
+    def reckon_oldest(self) -> None:
+        """``oldest`` after removals; NaN times are never due, so they do not count."""
+        self.oldest = min((b[0] for b in self.pending.values() if b[0] == b[0]), default=math.inf)
+
+    def to_wire(self, comm: str, op: str) -> list[Any]:
+        """``[comm, op, size, done_upto, last_seq, pending, streaks]``, plain msgpack/JSON."""
+        return [comm, op, self.size, self.done_upto,
+                [[r, s] for r, s in sorted(self.last_seq.items())],
+                [[s, ts, [[r, v] for r, v in sorted(td.items())],
+                  [[r, v] for r, v in sorted(n.items())]]
+                 for s, (ts, td, n) in sorted(self.pending.items())],
+                {rule: [[r, *x.wire()] for r, x in sorted(xs.items())]
+                 for rule, xs in self.streaks.items()}]
+
+    @classmethod
+    def from_wire(cls, row: list[Any]) -> tuple[str, str, OpState]:
+        """The inverse of :meth:`to_wire`: (comm, op, state)."""
+        comm, op, size, done, last, pending, streaks = row
+        st = cls(int(size), done_upto=int(done), last_seq={int(r): int(s) for r, s in last})
+        st.pending = {int(s): (float(ts), {int(r): float(v) for r, v in td},
+                               {int(r): float(v) for r, v in n})
+                      for s, ts, td, n in pending}
+        st.streaks = {rule: {int(r): Streak(int(c), int(fs), float(ft), int(cl), str(f))
+                             for r, c, fs, ft, cl, f in xs}
+                      for rule, xs in streaks.items()}
+        st.reckon_oldest()
+        return comm, op, st
