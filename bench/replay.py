@@ -11,7 +11,14 @@ one (``aegis replay``'s default: one process per detector, at most one per CPU),
 outputs must be the same. x-realtime = event seconds replayed / wall seconds. The first
 ``init_s`` (10 s) of a simulated job has telemetry but no CCL traffic, so the serial
 steady-state figure (after it), times the parallel/serial ratio, is the one that
-extrapolates. Prints progress on stderr, then one JSON object as the last line.
+extrapolates.
+
+A third pass, the *parse floor*, measures in the same run what the recording format alone
+costs: it reads every entry and msgpack-unpacks its value, with no record objects and no
+detectors. Any replay of this format is slower than that floor per process, so
+``floor_x * cpus`` bounds what any split of the work could reach on this machine; the JSON
+says whether the goal is within that bound. Prints progress on stderr, then one JSON
+object as the last line.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import msgpack  # noqa: E402
 
 from processors.diagnose import load_inventory  # noqa: E402
 from processors.replay import replay_entries, replay_file  # noqa: E402
@@ -122,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         if serial["steady_x"] and speedup:  # the init seconds carry no CCL traffic
             best = serial["steady_x"] * speedup
             doc["parallel_steady_x_estimate"] = round(best, 3)
+    floor = parse_floor(path, cfg)
+    doc.update(floor)
+    if floor["floor_steady_x"]:
+        bound = floor["floor_steady_x"] * doc["cpus"]
+        doc["format_bound_x"] = round(bound, 1)
+        doc["goal_within_format_bound"] = bool(bound >= GOAL_X)
+        if serial is not None and serial["steady_x"]:
+            doc["serial_over_floor"] = round(floor["floor_steady_x"] / serial["steady_x"], 2)
     hour = 3600.0 / best if best else None
     doc.update({"hour_wall_s": round(hour, 1) if hour else None, "hour_wall_kind": kind,
                 "goal_met": bool(best >= GOAL_X)})
@@ -132,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{serial['steady_x'] or 0:.2f}x), parallel/serial {doc['parallel_over_serial']}x, "
               f"same outputs: {doc['same_outputs']}" if serial else "") +
           f"; one hour would take {hour or float('nan'):.0f} s ({kind}); goal {GOAL_X:.0f}x: "
-          f"{'met' if doc['goal_met'] else 'NOT met'}", file=sys.stderr)
+          f"{'met' if doc['goal_met'] else 'NOT met'}; parse floor (read + msgpack only, one "
+          f"process) {doc['floor_steady_x'] or 0:.1f}x, so at most ~{doc.get('format_bound_x', 0)}x "
+          f"on {doc['cpus']} CPUs", file=sys.stderr)
     print(json.dumps(doc))
     return 0
 
@@ -151,6 +170,28 @@ def run_serial(path: str, cfg: SimConfig, inventory: Any) -> dict[str, Any]:
     return {"wall_s": round(wall, 3), "x_realtime": round(event_s / wall, 3) if wall else None,
             "steady_x": round(steady_x, 3) if steady_x else None,
             "outputs": [x.to_wire() for x in run.outputs[0]]}
+
+
+def parse_floor(path: str, cfg: SimConfig) -> dict[str, Any]:
+    """The recording format's own cost: read every entry and unpack its msgpack value (what
+    any decoder must do first), with no records built and no detectors; steady state only
+    counts entries after the init seconds, as ``run_serial`` does."""
+    unpackb = msgpack.unpackb
+    steady_from = cfg.start_ts + cfg.init_s + 2 * cfg.interval_s
+    _header, entries = read_recording(path)
+    t0 = time.perf_counter()
+    t_steady = None
+    last = 0.0
+    for e in entries:
+        if t_steady is None and e.ts >= steady_from:
+            t_steady = time.perf_counter()
+        last = max(last, e.ts)
+        unpackb(e.value, raw=False, strict_map_key=True)
+    t1 = time.perf_counter()
+    steady_event = last + cfg.interval_s - steady_from
+    steady_wall = t1 - t_steady if t_steady is not None else 0.0
+    return {"floor_wall_s": round(t1 - t0, 3),
+            "floor_steady_x": round(steady_event / steady_wall, 2) if steady_wall > 0 else None}
 
 
 if __name__ == "__main__":
