@@ -2,7 +2,9 @@
  * Event handling: the Aegis §4.2 counters (CL, WR, WC) and the §5.2 figures (TD, N),
  * kept per communicator and per collective kind.
  *
- *   CL  Coll/P2p startEvent calls (NCCL starts them when it launches the op's kernel plan).
+ *   CL  Coll/P2p startEvent calls (NCCL starts them when it launches the op's kernel plan),
+ *       and from v6 CeColl ones (an intra-node collective run on the copy engines, which
+ *       has no Coll event; it has no channels, so it gets no TD).
  *   WR  ProxyStep events that reach ncclProfilerProxyStepSendWait (isend posted) or
  *       ncclProfilerProxyStepRecvWait (irecv posted); each step counts once.
  *   WC  those posted steps that complete: a send step when it stops (the network test
@@ -195,7 +197,7 @@ void acc_start(struct acc_comm* c, void** handle, const struct acc_descr* d) {
   *handle = NULL;
   if (c == NULL || d == NULL) return;
   touch_at(c, coarse_ns());
-  if (d->type == ncclProfileColl || d->type == ncclProfileP2p) {
+  if (d->type == ncclProfileColl || d->type == ncclProfileP2p || d->type == ncclProfileCeColl) {
     start_coll(c, handle, d);
   } else if (d->type == ncclProfileProxyOp) {
     start_proxy_op(c, handle, d);

@@ -10,6 +10,8 @@
  *                                                ncclProfilerEventStateArgs_v4_t, ncclProfiler_v4_t
  *   plugins/profiler/example/nccl/profiler_v5.h  ncclProfilerEventDescr_v5_t,
  *                                                ncclProfilerEventStateArgs_v5_t, ncclProfiler_v5_t
+ * and, in nccl_profiler_abi_v6v7.h, profiler_v6.h (NCCL 2.29) and NCCL 2.31's
+ * src/include/plugin/profiler/profiler_v7.h.
  * NCCL's loader (src/plugin/profiler.cc) looks up ncclProfiler_v7, v6, v5, v4, ... in that
  * order and adapts its internal events to the version it finds (src/plugin/profiler/
  * profiler_v4.cc, profiler_v5.cc). The _Static_asserts at the end pin every offset we
@@ -62,7 +64,11 @@ enum {
   ncclProfileGroupApi = (1 << 8),     /* v5 */
   ncclProfileCollApi = (1 << 9),      /* v5 */
   ncclProfileP2pApi = (1 << 10),      /* v5 */
-  ncclProfileKernelLaunch = (1 << 11) /* v5 */
+  ncclProfileKernelLaunch = (1 << 11), /* v5 */
+  ncclProfileCeColl = (1 << 12),       /* v6: a collective run by the copy engines */
+  ncclProfileCeSync = (1 << 13),       /* v6: its memory-operation syncs (parent: the CeColl) */
+  ncclProfileCeBatch = (1 << 14),      /* v6: its copy batches (parent: the CeColl) */
+  ncclProfileKernelPhase = (1 << 15)   /* v7: symmetric-kernel barrier phase */
 };
 
 /* profiler.h: event states (one enum shared by every API version). */
@@ -95,11 +101,21 @@ typedef enum {
   ncclProfilerKernelChStop = 22,
 
   ncclProfilerGroupStartApiStop = 23, /* v5 */
-  ncclProfilerGroupEndApiStart = 24   /* v5 */
+  ncclProfilerGroupEndApiStart = 24,  /* v5 */
+
+  ncclProfilerCeCollStart = 25,    /* v6; declared, never sent by NCCL 2.29-2.31 */
+  ncclProfilerCeCollComplete = 26, /* v6 */
+  ncclProfilerCeSyncStart = 27,    /* v6 */
+  ncclProfilerCeSyncComplete = 28, /* v6 */
+  ncclProfilerCeBatchStart = 29,   /* v6 */
+  ncclProfilerCeBatchComplete = 30, /* v6 */
+  ncclProfilerKernelPhaseStop = 31  /* v7 */
 } ncclProfilerEventState_t;
 
 typedef ncclProfilerEventState_t ncclProfilerEventState_v4_t;
 typedef ncclProfilerEventState_t ncclProfilerEventState_v5_t;
+typedef ncclProfilerEventState_t ncclProfilerEventState_v6_t;
+typedef ncclProfilerEventState_t ncclProfilerEventState_v7_t;
 
 /* Union members shared, with identical layout, by the v4 and v5 descriptors. */
 struct aegisNcclProxyOpDescr {
@@ -256,12 +272,13 @@ typedef union {
     void* data;
   } netPlugin;
   struct {
-    uint64_t pTimer;
+    uint64_t pTimer;   /* also the v7 KernelPhase stop */
   } kernelCh;
-  struct {
-    uint64_t pTimer;
-  } kernelStep;
 } ncclProfilerEventStateArgs_v5_t;
+
+/* v6 and v7 reuse the v5 state arguments (v7 names its own typedef of the same union). */
+typedef ncclProfilerEventStateArgs_v5_t ncclProfilerEventStateArgs_v6_t;
+typedef ncclProfilerEventStateArgs_v5_t ncclProfilerEventStateArgs_v7_t;
 
 /* profiler_v5.h: ncclProfiler_v5_t. init takes the comm id second and the name after the mask. */
 typedef struct {
@@ -332,5 +349,7 @@ AEGIS_ABI_ASSERT(sizeof(ncclProfilerEventDescr_v5_t) == 112);
 AEGIS_ABI_ASSERT(sizeof(ncclProfilerEventStateArgs_v5_t) == 8);
 AEGIS_ABI_ASSERT(sizeof(ncclProfiler_v5_t) == 48);
 #endif
+
+#include "nccl_profiler_abi_v6v7.h" /* v6, v7: built on the v5 declarations */
 
 #endif /* AEGIS_NCCL_PROFILER_ABI_H_ */

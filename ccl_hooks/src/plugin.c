@@ -1,7 +1,8 @@
 /*
- * Exported NCCL profiler tables: ncclProfiler_v4 (NCCL 2.27) and ncclProfiler_v5
- * (NCCL 2.28 and later, whose loader prefers it). Both adapt their descriptors to
- * struct acc_descr and share the handlers in events.c. Aegis §4.2 (CL/WR/WC), §5.2 (TD/N).
+ * Exported NCCL profiler tables: ncclProfiler_v4 (NCCL 2.27), ncclProfiler_v5 (2.28),
+ * ncclProfiler_v6 (2.29, copy-engine collectives) and ncclProfiler_v7 (2.31); NCCL's
+ * loader takes the newest it finds. Each adapts its descriptors to struct acc_descr and
+ * shares the handlers in events.c. Aegis §4.2 (CL/WR/WC), §5.2 (TD/N).
  *
  * Every entry point returns ncclSuccess except init on bad arguments or out of memory,
  * which makes NCCL run that communicator without the plugin (plugins/profiler/README.md,
@@ -16,9 +17,12 @@
 static const int acc_default_mask =
     ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp | ncclProfileProxyStep |
     ncclProfileKernelCh;
+/* v6+: a collective run on the copy engines emits CeColl instead of Coll. */
+static const int acc_default_mask_ce = acc_default_mask | ncclProfileCeColl;
 
 static ncclResult_t acc_init_common(void** context, int* mask, const char* name, uint64_t hash,
-                                    int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+                                    int nnodes, int nranks, int rank, ncclDebugLogger_t log,
+                                    int default_mask) {
   if (context == NULL) return ncclInvalidArgument;
   *context = NULL;
   if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
@@ -28,7 +32,7 @@ static ncclResult_t acc_init_common(void** context, int* mask, const char* name,
     acc_comm_free(c);
     return ncclSystemError;
   }
-  if (mask != NULL) *mask = acc_env_int("AEGIS_CCL_EVENT_MASK", acc_default_mask, 0, 0x7fffffff);
+  if (mask != NULL) *mask = acc_env_int("AEGIS_CCL_EVENT_MASK", default_mask, 0, 0x7fffffff);
   *context = c;
   if (log != NULL)
     log(NCCL_LOG_INFO, AEGIS_NCCL_INIT_SUBSYS, __FILE__, __LINE__,
@@ -50,9 +54,10 @@ static ncclResult_t acc_stop_event(void* handle) {
   return ncclSuccess;
 }
 
-/* The v4 and v5 descriptors differ in layout but name these members alike, so one body
- * (expanded per version) copies what the accounting needs into a version-free acc_descr. */
-#define ACC_DEFINE_START(NAME, DESCR_T)                                          \
+/* The descriptors differ in layout between versions but name these members alike, so one
+ * body (expanded per version) copies what the accounting needs into a version-free
+ * acc_descr. EXTRA_CASES: the cases only newer descriptors have members for. */
+#define ACC_DEFINE_START(NAME, DESCR_T, EXTRA_CASES)                             \
   static ncclResult_t NAME(void* context, void** handle, DESCR_T* d) {           \
     if (handle == NULL) return ncclSuccess;                                      \
     *handle = NULL;                                                              \
@@ -78,6 +83,7 @@ static ncclResult_t acc_stop_event(void* handle) {
       case ncclProfileKernelCh:                                                  \
         a.ptimer = d->kernelCh.pTimer;                                           \
         break;                                                                   \
+        EXTRA_CASES                                                              \
       default:                                                                   \
         break;                                                                   \
     }                                                                            \
@@ -89,10 +95,10 @@ static ncclResult_t acc_stop_event(void* handle) {
 
 static ncclResult_t acc_init_v4(void** context, int* mask, const char* name, uint64_t hash,
                                 int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
-  return acc_init_common(context, mask, name, hash, nnodes, nranks, rank, log);
+  return acc_init_common(context, mask, name, hash, nnodes, nranks, rank, log, acc_default_mask);
 }
 
-ACC_DEFINE_START(acc_start_v4, ncclProfilerEventDescr_v4_t)
+ACC_DEFINE_START(acc_start_v4, ncclProfilerEventDescr_v4_t, /* none */)
 
 static ncclResult_t acc_record_v4(void* handle, ncclProfilerEventState_v4_t state,
                                   ncclProfilerEventStateArgs_v4_t* args) {
@@ -110,10 +116,11 @@ ACC_EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
 
 static ncclResult_t acc_init_v5(void** context, uint64_t comm_id, int* mask, const char* name,
                                 int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
-  return acc_init_common(context, mask, name, comm_id, nnodes, nranks, rank, log);
+  return acc_init_common(context, mask, name, comm_id, nnodes, nranks, rank, log,
+                         acc_default_mask);
 }
 
-ACC_DEFINE_START(acc_start_v5, ncclProfilerEventDescr_v5_t)
+ACC_DEFINE_START(acc_start_v5, ncclProfilerEventDescr_v5_t, /* none */)
 
 static ncclResult_t acc_record_v5(void* handle, ncclProfilerEventState_v5_t state,
                                   ncclProfilerEventStateArgs_v5_t* args) {
@@ -125,4 +132,30 @@ static ncclResult_t acc_record_v5(void* handle, ncclProfilerEventState_v5_t stat
 
 ACC_EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {
     "aegis-ccl", acc_init_v5, acc_start_v5, acc_stop_event, acc_record_v5, acc_finalize,
+};
+
+/* ---- v6 and v7: v5's table and state arguments; CeColl counts as a launch ---- */
+
+/* A CE collective: its func names the kind; no channels, so no KernelCh and no TD. */
+#define ACC_CE_CASES            \
+  case ncclProfileCeColl:       \
+    a.func = d->ceColl.func;    \
+    a.nch = 0;                  \
+    break;
+
+static ncclResult_t acc_init_v6(void** context, uint64_t comm_id, int* mask, const char* name,
+                                int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
+  return acc_init_common(context, mask, name, comm_id, nnodes, nranks, rank, log,
+                         acc_default_mask_ce);
+}
+
+ACC_DEFINE_START(acc_start_v6, ncclProfilerEventDescr_v6_t, ACC_CE_CASES)
+ACC_DEFINE_START(acc_start_v7, ncclProfilerEventDescr_v7_t, ACC_CE_CASES)
+
+ACC_EXPORT ncclProfiler_v6_t ncclProfiler_v6 = {
+    "aegis-ccl", acc_init_v6, acc_start_v6, acc_stop_event, acc_record_v5, acc_finalize,
+};
+
+ACC_EXPORT ncclProfiler_v7_t ncclProfiler_v7 = {
+    "aegis-ccl", acc_init_v6, acc_start_v7, acc_stop_event, acc_record_v5, acc_finalize,
 };

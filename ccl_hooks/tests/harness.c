@@ -36,113 +36,138 @@ static void noop_logger(ncclDebugLogLevel level, unsigned long flags, const char
 int drv_init(const struct drv* d, void** ctx, int* mask, const char* name, uint64_t hash,
              int nranks, int rank) {
   int nnodes = nranks > 8 ? nranks / 8 : 1;
-  if (d->version == 4)
-    return d->v4->init(ctx, mask, name, hash, nnodes, nranks, rank, noop_logger);
-  return d->v5->init(ctx, hash, mask, name, nnodes, nranks, rank, noop_logger);
+  switch (d->version) {
+    case 4:
+      return d->v4->init(ctx, mask, name, hash, nnodes, nranks, rank, noop_logger);
+    case 5:
+      return d->v5->init(ctx, hash, mask, name, nnodes, nranks, rank, noop_logger);
+    case 6:
+      return d->v6->init(ctx, hash, mask, name, nnodes, nranks, rank, noop_logger);
+    default:
+      return d->v7->init(ctx, hash, mask, name, nnodes, nranks, rank, noop_logger);
+  }
 }
 
 void drv_finalize(const struct drv* d, void* ctx) {
-  if (d->version == 4)
-    d->v4->finalize(ctx);
-  else
-    d->v5->finalize(ctx);
+  switch (d->version) {
+    case 4: d->v4->finalize(ctx); break;
+    case 5: d->v5->finalize(ctx); break;
+    case 6: d->v6->finalize(ctx); break;
+    default: d->v7->finalize(ctx); break;
+  }
 }
 
-static void* start(const struct drv* d, void* ctx, ncclProfilerEventDescr_v4_t* a,
-                   ncclProfilerEventDescr_v5_t* b) {
+/* One event's descriptor in every version's layout; SET writes a member into all four. */
+struct descrs {
+  ncclProfilerEventDescr_v4_t a;
+  ncclProfilerEventDescr_v5_t b;
+  ncclProfilerEventDescr_v6_t c;
+  ncclProfilerEventDescr_v7_t e;
+};
+#define SET(x, member, value) \
+  ((x).a.member = (x).b.member = (x).c.member = (x).e.member = (value))
+
+static void zero(struct descrs* x, uint64_t type, void* parent) {
+  memset(x, 0, sizeof(*x));
+  x->a.type = (uint8_t)type;
+  x->b.type = x->c.type = x->e.type = type;
+  SET(*x, parentObj, parent);
+}
+
+/* The descriptor goes in a heap block of exactly its version's size, so ASan and valgrind
+ * see any read past it (a v6 descriptor is 112 bytes, v7's 136). */
+static void* start(const struct drv* d, void* ctx, struct descrs* x) {
   void* h = (void*)0x1; /* NCCL does not clear it; the plugin must */
-  if (d->version == 4)
-    d->v4->startEvent(ctx, &h, a);
-  else
-    d->v5->startEvent(ctx, &h, b);
+  const void* src = d->version == 4 ? (const void*)&x->a : d->version == 5 ? (const void*)&x->b
+                    : d->version == 6 ? (const void*)&x->c : (const void*)&x->e;
+  size_t size = d->version == 4 ? sizeof(x->a) : d->version == 5 ? sizeof(x->b)
+                : d->version == 6 ? sizeof(x->c) : sizeof(x->e);
+  void* copy = malloc(size);
+  if (copy == NULL) return NULL;
+  memcpy(copy, src, size);
+  switch (d->version) {
+    case 4: d->v4->startEvent(ctx, &h, copy); break;
+    case 5: d->v5->startEvent(ctx, &h, copy); break;
+    case 6: d->v6->startEvent(ctx, &h, copy); break;
+    default: d->v7->startEvent(ctx, &h, copy); break;
+  }
+  free(copy);
   return h;
 }
 
 void* drv_coll(const struct drv* d, void* ctx, const char* func, uint64_t seqno, uint8_t nch) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = ncclProfileColl;
-  b.type = ncclProfileColl;
-  a.coll.seqNumber = b.coll.seqNumber = seqno;
-  a.coll.func = b.coll.func = func;
-  a.coll.datatype = b.coll.datatype = "ncclFloat32";
-  a.coll.count = b.coll.count = 1 << 20;
-  a.coll.nChannels = b.coll.nChannels = nch;
-  a.coll.nWarps = b.coll.nWarps = 16;
-  a.coll.algo = b.coll.algo = "RING";
-  a.coll.proto = b.coll.proto = "SIMPLE";
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, ncclProfileColl, NULL);
+  SET(x, coll.seqNumber, seqno);
+  SET(x, coll.func, func);
+  SET(x, coll.datatype, "ncclFloat32");
+  SET(x, coll.count, (size_t)1 << 20);
+  SET(x, coll.nChannels, nch);
+  SET(x, coll.nWarps, 16);
+  SET(x, coll.algo, "RING");
+  SET(x, coll.proto, "SIMPLE");
+  x.e.coll.kernelVariant = "default";
+  x.e.coll.userTag = 0x7a6;
+  return start(d, ctx, &x);
+}
+
+void* drv_ce_coll(const struct drv* d, void* ctx, void* parent, const char* func,
+                  uint64_t ce_seq) {
+  struct descrs x;
+  zero(&x, ncclProfileCeColl, parent);
+  x.c.ceColl.seqNumber = x.e.ceColl.seqNumber = ce_seq;
+  x.c.ceColl.ceSeqNum = x.e.ceColl.ceSeqNum = (uint32_t)ce_seq;
+  x.c.ceColl.func = x.e.ceColl.func = func;
+  x.c.ceColl.count = x.e.ceColl.count = 1 << 16;
+  x.c.ceColl.datatype = x.e.ceColl.datatype = "ncclBfloat16";
+  x.c.ceColl.syncStrategy = x.e.ceColl.syncStrategy = "MC";
+  x.e.ceColl.userTag = 0x7a6;
+  return start(d, ctx, &x);
 }
 
 void* drv_p2p(const struct drv* d, void* ctx, const char* func, int peer, uint8_t nch) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = ncclProfileP2p;
-  b.type = ncclProfileP2p;
-  a.p2p.func = b.p2p.func = func;
-  a.p2p.datatype = b.p2p.datatype = "ncclInt8";
-  a.p2p.count = b.p2p.count = 4096;
-  a.p2p.peer = b.p2p.peer = peer;
-  a.p2p.nChannels = b.p2p.nChannels = nch;
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, ncclProfileP2p, NULL);
+  SET(x, p2p.func, func);
+  SET(x, p2p.datatype, "ncclInt8");
+  SET(x, p2p.count, (size_t)4096);
+  SET(x, p2p.peer, peer);
+  SET(x, p2p.nChannels, nch);
+  return start(d, ctx, &x);
 }
 
 void* drv_proxy_op(const struct drv* d, void* ctx, void* parent, pid_t pid, int peer, int send,
                    int nsteps) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = ncclProfileProxyOp;
-  b.type = ncclProfileProxyOp;
-  a.parentObj = b.parentObj = parent;
-  a.proxyOp.pid = b.proxyOp.pid = pid;
-  a.proxyOp.channelId = b.proxyOp.channelId = 1;
-  a.proxyOp.peer = b.proxyOp.peer = peer;
-  a.proxyOp.nSteps = b.proxyOp.nSteps = nsteps;
-  a.proxyOp.chunkSize = b.proxyOp.chunkSize = 1 << 19;
-  a.proxyOp.isSend = b.proxyOp.isSend = send;
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, ncclProfileProxyOp, parent);
+  SET(x, proxyOp.pid, pid);
+  SET(x, proxyOp.channelId, 1);
+  SET(x, proxyOp.peer, peer);
+  SET(x, proxyOp.nSteps, nsteps);
+  SET(x, proxyOp.chunkSize, 1 << 19);
+  SET(x, proxyOp.isSend, send);
+  return start(d, ctx, &x);
 }
 
 void* drv_proxy_step(const struct drv* d, void* ctx, void* op, int step) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = ncclProfileProxyStep;
-  b.type = ncclProfileProxyStep;
-  a.parentObj = b.parentObj = op;
-  a.proxyStep.step = b.proxyStep.step = step;
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, ncclProfileProxyStep, op);
+  SET(x, proxyStep.step, step);
+  return start(d, ctx, &x);
 }
 
 void* drv_kernel_ch(const struct drv* d, void* ctx, void* parent, uint8_t ch, uint64_t ptimer) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = ncclProfileKernelCh;
-  b.type = ncclProfileKernelCh;
-  a.parentObj = b.parentObj = parent;
-  a.kernelCh.channelId = b.kernelCh.channelId = ch;
-  a.kernelCh.pTimer = b.kernelCh.pTimer = ptimer;
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, ncclProfileKernelCh, parent);
+  SET(x, kernelCh.channelId, ch);
+  SET(x, kernelCh.pTimer, ptimer);
+  return start(d, ctx, &x);
 }
 
 void* drv_raw(const struct drv* d, void* ctx, uint64_t type, void* parent) {
-  ncclProfilerEventDescr_v4_t a;
-  ncclProfilerEventDescr_v5_t b;
-  memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  a.type = (uint8_t)type;
-  b.type = type;
-  a.parentObj = b.parentObj = parent;
-  return start(d, ctx, &a, &b);
+  struct descrs x;
+  zero(&x, type, parent);
+  return start(d, ctx, &x);
 }
 
 void drv_state(const struct drv* d, void* h, ncclProfilerEventState_t s, uint64_t arg) {
@@ -154,22 +179,28 @@ void drv_state(const struct drv* d, void* h, ncclProfilerEventState_t s, uint64_
     else
       a.proxyStep.transSize = (size_t)arg;
     d->v4->recordEventState(h, s, &a);
-  } else {
-    ncclProfilerEventStateArgs_v5_t b;
-    memset(&b, 0, sizeof(b));
-    if (s == ncclProfilerKernelChStop)
-      b.kernelCh.pTimer = arg;
-    else
-      b.proxyStep.transSize = (size_t)arg;
-    d->v5->recordEventState(h, s, &b);
+    return;
+  }
+  ncclProfilerEventStateArgs_v5_t b; /* = the v6 and v7 arguments */
+  memset(&b, 0, sizeof(b));
+  if (s == ncclProfilerKernelChStop || s == ncclProfilerKernelPhaseStop)
+    b.kernelCh.pTimer = arg;
+  else
+    b.proxyStep.transSize = (size_t)arg;
+  switch (d->version) {
+    case 5: d->v5->recordEventState(h, s, &b); break;
+    case 6: d->v6->recordEventState(h, s, &b); break;
+    default: d->v7->recordEventState(h, s, &b); break;
   }
 }
 
 void drv_stop(const struct drv* d, void* h) {
-  if (d->version == 4)
-    d->v4->stopEvent(h);
-  else
-    d->v5->stopEvent(h);
+  switch (d->version) {
+    case 4: d->v4->stopEvent(h); break;
+    case 5: d->v5->stopEvent(h); break;
+    case 6: d->v6->stopEvent(h); break;
+    default: d->v7->stopEvent(h); break;
+  }
 }
 
 /* ---- the receiving socket ---- */
@@ -241,28 +272,41 @@ int rx_wait_entry(struct rx* r, uint64_t hash, uint32_t rank, int final, uint8_t
 
 /* ---- main ---- */
 
-static int load(const char* path, void** lib, struct drv* v4, struct drv* v5) {
+static int load(const char* path, void** lib, struct drv drivers[N_VERSIONS]) {
   *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (*lib == NULL) {
     fprintf(stderr, "FAIL dlopen %s: %s\n", path, dlerror());
     return -1;
   }
-  v4->version = 4;
-  v4->v4 = dlsym(*lib, "ncclProfiler_v4");
-  v5->version = 5;
-  v5->v5 = dlsym(*lib, "ncclProfiler_v5");
-  CHECK(v4->v4 != NULL && v5->v5 != NULL, "ncclProfiler_v4/v5 not exported");
+  memset(drivers, 0, sizeof(struct drv) * N_VERSIONS);
+  drivers[0].version = 4;
+  drivers[0].v4 = dlsym(*lib, "ncclProfiler_v4");
+  drivers[1].version = 5;
+  drivers[1].v5 = dlsym(*lib, "ncclProfiler_v5");
+  drivers[2].version = 6;
+  drivers[2].v6 = dlsym(*lib, "ncclProfiler_v6");
+  drivers[3].version = 7;
+  drivers[3].v7 = dlsym(*lib, "ncclProfiler_v7");
   CHECK(dlsym(*lib, "acc_start") == NULL, "internal symbol acc_start is visible");
-  if (v4->v4 == NULL || v5->v5 == NULL) return -1;
-  CHECK(v4->v4->name && strcmp(v4->v4->name, "aegis-ccl") == 0, "v4 name");
-  CHECK(v5->v5->name && strcmp(v5->v5->name, "aegis-ccl") == 0, "v5 name");
-  CHECK(v4->v4->init && v4->v4->startEvent && v4->v4->stopEvent && v4->v4->recordEventState &&
-            v4->v4->finalize,
-        "v4 table has a NULL entry");
-  CHECK(v5->v5->init && v5->v5->startEvent && v5->v5->stopEvent && v5->v5->recordEventState &&
-            v5->v5->finalize,
-        "v5 table has a NULL entry");
-  return 0;
+  int bad = 0;
+#define CHECK_TABLE(t, v)                                                                   \
+  do {                                                                                      \
+    CHECK((t) != NULL, "ncclProfiler_v%d not exported", v);                                 \
+    if ((t) == NULL) {                                                                      \
+      bad = 1;                                                                              \
+      break;                                                                                \
+    }                                                                                       \
+    CHECK((t)->name && strcmp((t)->name, "aegis-ccl") == 0, "v%d name", v);                 \
+    CHECK((t)->init && (t)->startEvent && (t)->stopEvent && (t)->recordEventState &&        \
+              (t)->finalize,                                                                \
+          "v%d table has a NULL entry", v);                                                 \
+  } while (0)
+  CHECK_TABLE(drivers[0].v4, 4);
+  CHECK_TABLE(drivers[1].v5, 5);
+  CHECK_TABLE(drivers[2].v6, 6);
+  CHECK_TABLE(drivers[3].v7, 7);
+#undef CHECK_TABLE
+  return bad ? -1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -286,12 +330,12 @@ int main(int argc, char** argv) {
   if (vectors != NULL) check_vectors(vectors);
   if (lib_path != NULL) {
     void* lib = NULL;
-    struct drv v4, v5;
-    if (load(lib_path, &lib, &v4, &v5) == 0) {
+    struct drv drivers[N_VERSIONS];
+    if (load(lib_path, &lib, drivers) == 0) {
       if (bench)
-        run_bench(&v4);
+        run_bench(&drivers[0]);
       else
-        run_scenarios(&v4, &v5, lib_path);
+        run_scenarios(drivers, lib_path);
       dlclose(lib);
       if (!bench) check_reload(lib_path);
     }

@@ -28,17 +28,22 @@ extern int g_quick;
     }                                                                         \
   } while (0)
 
-/* The plugin as NCCL sees it, through either API version. */
+/* The plugin as NCCL sees it, through one API version (the table of that version set). */
+#define N_VERSIONS 4 /* v4, v5, v6, v7 */
 struct drv {
-  int version; /* 4 or 5 */
+  int version; /* 4 .. 7 */
   ncclProfiler_v4_t* v4;
   ncclProfiler_v5_t* v5;
+  ncclProfiler_v6_t* v6;
+  ncclProfiler_v7_t* v7;
 };
 
 int drv_init(const struct drv* d, void** ctx, int* mask, const char* name, uint64_t hash,
              int nranks, int rank);
 void drv_finalize(const struct drv* d, void* ctx);
 void* drv_coll(const struct drv* d, void* ctx, const char* func, uint64_t seqno, uint8_t nch);
+/* v6+: a collective run on the copy engines (parent: its CollApi event, or NULL). */
+void* drv_ce_coll(const struct drv* d, void* ctx, void* parent, const char* func, uint64_t ce_seq);
 void* drv_p2p(const struct drv* d, void* ctx, const char* func, int peer, uint8_t nch);
 void* drv_proxy_op(const struct drv* d, void* ctx, void* parent, pid_t pid, int peer, int send,
                    int nsteps);
@@ -75,7 +80,7 @@ int rx_wait_entry(struct rx* r, uint64_t hash, uint32_t rank, int final, uint8_t
                   int timeout_ms);
 void make_sock_path(char* out, size_t n, const char* tag);
 
-int run_scenarios(const struct drv* v4, const struct drv* v5, const char* lib_path);
+int run_scenarios(const struct drv drivers[N_VERSIONS], const char* lib_path);
 int run_bench(const struct drv* d);
 void check_reload(const char* lib_path);
 uint64_t now_ns(void);

@@ -126,11 +126,18 @@ static void scenario_robustness(const struct drv* d) {
   uint64_t odd[] = {ncclProfileGroup, ncclProfileProxyCtrl, ncclProfileNetPlugin, 0, 1u << 7};
   for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
     CHECK(drv_raw(d, ctx, odd[i], NULL) == NULL, "type 0x%lx should get NULL", (unsigned long)odd[i]);
-  if (d->version == 5) {
+  if (d->version >= 5) {
     uint64_t api[] = {ncclProfileGroupApi, ncclProfileCollApi, ncclProfileP2pApi,
                       ncclProfileKernelLaunch, 1ull << 40};
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++)
-      CHECK(drv_raw(d, ctx, api[i], NULL) == NULL, "v5 type 0x%lx", (unsigned long)api[i]);
+      CHECK(drv_raw(d, ctx, api[i], NULL) == NULL, "v%d type 0x%lx", d->version,
+            (unsigned long)api[i]);
+  }
+  if (d->version >= 6) { /* children of no CeColl, and v7's phases: never counted */
+    uint64_t newer[] = {ncclProfileCeSync, ncclProfileCeBatch, ncclProfileKernelPhase, 1ull << 16};
+    for (size_t i = 0; i < sizeof(newer) / sizeof(newer[0]); i++)
+      CHECK(drv_raw(d, ctx, newer[i], NULL) == NULL, "v%d type 0x%lx", d->version,
+            (unsigned long)newer[i]);
   }
   CHECK(drv_kernel_ch(d, ctx, NULL, 0, 5) == NULL, "KernelCh without parent");
   int local = 0;
@@ -207,12 +214,13 @@ static void scenario_many_comms(const struct drv* d) {
          d->version, N, more);
 }
 
-void run_safety(const struct drv* v4, const struct drv* v5) {
+/* drivers: v4, v5, v6, v7 (harness.c load). */
+void run_safety(const struct drv drivers[N_VERSIONS]) {
+  const struct drv* v4 = &drivers[0];
   scenario_socket_absent(v4);
   scenario_socket_full(v4);
   scenario_pool_exhausted(v4);
-  scenario_robustness(v4);
-  scenario_robustness(v5);
+  for (int i = 0; i < N_VERSIONS; i++) scenario_robustness(&drivers[i]);
   scenario_many_comms(v4);
 }
 
@@ -232,7 +240,7 @@ void check_reload(const char* lib_path) {
     void* lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
     CHECK(lib != NULL, "reload: dlopen %s", dlerror());
     if (lib == NULL) return;
-    struct drv d = {4, dlsym(lib, "ncclProfiler_v4"), NULL};
+    struct drv d = {.version = 4, .v4 = dlsym(lib, "ncclProfiler_v4")};
     set_env("/nonexistent/aegis.sock", "1");
     void* ctx = init_ok(&d, "reload", 0x7E10AD, 2, 0);
     CHECK(count_threads() == before + 1, "reload: reporter thread not running");

@@ -35,7 +35,7 @@ void* init_ok(const struct drv* d, const char* name, uint64_t hash, int nranks, 
   int rc = drv_init(d, &ctx, &mask, name, hash, nranks, rank);
   CHECK(rc == ncclSuccess && ctx != NULL, "init %s rank %d: rc %d", name, rank, rc);
   int want = ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp | ncclProfileProxyStep |
-             ncclProfileKernelCh;
+             ncclProfileKernelCh | (d->version >= 6 ? ncclProfileCeColl : 0);
   CHECK(mask == want, "init %s: activation mask 0x%x, expected 0x%x", name, mask, want);
   return ctx;
 }
@@ -166,14 +166,77 @@ static void scenario_network_hang(const struct drv* d) {
   printf("ok   v%d network hang: WR-WC=%d, pending peers {5,7}\n", d->version, 2 * SIM_STEPS);
 }
 
-/* No receiver: everything still works; a receiver that appears later learns the loss. */
-int run_scenarios(const struct drv* v4, const struct drv* v5, const char* lib_path) {
+/* v6+: collectives on the copy engines come as CeColl events only (no Coll, no channels,
+ * no proxy steps), stopped once enqueued, with CeSync/CeBatch children. Each is a launch:
+ * CL counts it; it has no WR/WC and no TD. A kernel collective beside it counts as usual. */
+static void scenario_copy_engine(const struct drv* d) {
+  char path[108];
+  make_sock_path(path, sizeof(path), "ce");
+  struct rx r;
+  if (rx_open(&r, path) != 0) return;
+  set_env(path, "10");
+  uint64_t hash = 0xCE0000000ull + (uint64_t)d->version;
+  enum { N_CE = 25 };
+  void* ctx[2];
+  for (int k = 0; k < 2; k++) ctx[k] = init_ok(d, "ce", hash, 2, k);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < N_CE; i++) {
+      void* api = drv_raw(d, ctx[k], ncclProfileCollApi, NULL);
+      CHECK(api == NULL, "v%d CollApi got a handle", d->version);
+      void* ce = drv_ce_coll(d, ctx[k], api, "AllGather", 2 * (uint64_t)i + 1);
+      CHECK(ce != NULL, "v%d CeColl got no handle", d->version);
+      void* sync = drv_raw(d, ctx[k], ncclProfileCeSync, ce);
+      void* batch = drv_raw(d, ctx[k], ncclProfileCeBatch, ce);
+      CHECK(sync == NULL && batch == NULL, "v%d CeSync/CeBatch should get NULL", d->version);
+      drv_state(d, ce, ncclProfilerCeCollStart, 0); /* declared, never sent: ignored */
+      drv_stop(d, batch);
+      drv_stop(d, sync);
+      drv_stop(d, ce); /* enqueued: the copies may still run */
+    }
+    /* one kernel AllReduce on one channel beside them, timed by the GPU */
+    void* coll = drv_coll(d, ctx[k], "AllReduce", 1, 1);
+    void* ch = drv_kernel_ch(d, ctx[k], coll, 0, 1000);
+    void* phase = drv_raw(d, ctx[k], ncclProfileKernelPhase, ch); /* v7: not asked for */
+    CHECK(phase == NULL, "v%d KernelPhase should get NULL", d->version);
+    drv_state(d, phase, ncclProfilerKernelPhaseStop, 1500);
+    drv_stop(d, phase);
+    drv_state(d, ch, ncclProfilerKernelChStop, 1000 + 250000);
+    drv_stop(d, ch);
+    drv_stop(d, coll);
+  }
+  for (int k = 0; k < 2; k++) {
+    drv_finalize(d, ctx[k]);
+    struct acc_wire_entry e;
+    if (!rx_wait_entry(&r, hash, (uint32_t)k, 1, 0, 0, &e, NULL, WAIT_MS)) {
+      CHECK(0, "v%d copy engine rank %d: no FINAL entry", d->version, k);
+      continue;
+    }
+    const struct acc_wire_op* ag = hx_op(&e, SIM_KIND_AG);
+    const struct acc_wire_op* ar = hx_op(&e, SIM_KIND_AR);
+    CHECK(ag && ag->cl == N_CE && ag->wr == 0 && ag->wc == 0 && ag->seq == 0 && ag->td_ns == 0,
+          "v%d copy engine rank %d: AllGather should have CL %d, no WR/WC, no TD", d->version,
+          k, N_CE);
+    CHECK(ar && ar->cl == 1 && ar->seq == 1 && ar->td_ns == 250000,
+          "v%d copy engine rank %d: AllReduce CL 1, TD 250 us from the GPU", d->version, k);
+    CHECK(hx_op(&e, 0) == NULL, "v%d copy engine rank %d: events counted as kind other",
+          d->version, k);
+    CHECK(e.handles_exhausted == 0, "v%d copy engine: handles exhausted", d->version);
+  }
+  rx_close(&r);
+  printf("ok   v%d copy engine: %d CeColl counted as AllGather launches (no WR/WC/TD), "
+         "CeSync/CeBatch/KernelPhase ignored\n", d->version, N_CE);
+}
+
+/* drivers: v4, v5, v6, v7 (harness.c load). */
+int run_scenarios(const struct drv drivers[N_VERSIONS], const char* lib_path) {
   (void)lib_path;
-  scenario_normal(v4);
-  scenario_normal(v5);
+  const struct drv *v4 = &drivers[0], *v6 = &drivers[2], *v7 = &drivers[3];
+  for (int i = 0; i < N_VERSIONS; i++) scenario_normal(&drivers[i]);
   scenario_compute_hang(v4);
-  scenario_network_hang(v4);
-  scenario_network_hang(v5);
-  run_safety(v4, v5);
+  scenario_compute_hang(v7);
+  for (int i = 0; i < N_VERSIONS; i++) scenario_network_hang(&drivers[i]);
+  scenario_copy_engine(v6);
+  scenario_copy_engine(v7);
+  run_safety(drivers);
   return g_failures;
 }

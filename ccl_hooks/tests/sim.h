@@ -61,6 +61,6 @@ void rx_drain(struct rx* r);
 void* init_ok(const struct drv* d, const char* name, uint64_t hash, int nranks, int rank);
 
 /* safety.c */
-void run_safety(const struct drv* v4, const struct drv* v5);
+void run_safety(const struct drv drivers[N_VERSIONS]);
 
 #endif /* AEGIS_CCL_SIM_H_ */

@@ -1,7 +1,7 @@
 """The C plugin end to end: ``make -C ccl_hooks test`` (build with -Werror, exported symbols,
 shared wire vectors, NCCL-like scenarios plain, under ASan+UBSan, TSan and valgrind), then
-the built library driven through ctypes from an independent declaration of the v4 ABI and
-read back by CCLReceiver. Missing tools are a failure, not a skip."""
+the built library driven through ctypes from independent declarations of the v4 and v7 ABIs
+and read back by CCLReceiver. Missing tools are a failure, not a skip."""
 
 from __future__ import annotations
 
@@ -162,6 +162,74 @@ def test_plugin_through_ctypes_to_receiver(tmp_path: Path, monkeypatch: pytest.M
         rec = _wait(rx, lambda r: r.ranks[0].wc == 4)
         assert rec.ranks[0].pending_peers == ()
         assert rx.collect(time.time()) is None  # FINAL entry reported once, then gone
+        assert rx.bad_count == 0
+
+
+# -- v7 (NCCL 2.31 src/include/plugin/profiler/profiler_v7.h), just what a CE collective uses --
+class _CeCollV7(C.Structure):
+    _fields_ = [("seqNumber", C.c_uint64), ("func", C.c_char_p), ("sendBuff", C.c_void_p),
+                ("recvBuff", C.c_void_p), ("count", C.c_size_t), ("root", C.c_int),
+                ("datatype", C.c_char_p), ("syncStrategy", C.c_char_p),
+                ("intraBatchSync", C.c_bool), ("batchSize", C.c_uint32),
+                ("numBatches", C.c_uint32), ("ceSeqNum", C.c_uint32), ("stream", C.c_void_p),
+                ("userTag", C.c_uint64)]
+
+
+class _CollV7(C.Structure):
+    _fields_ = [*_Coll._fields_, ("parentGroup", C.c_void_p), ("kernelVariant", C.c_char_p),
+                ("isSymColl", C.c_bool), ("userTag", C.c_uint64)]
+
+
+class _DescrUnionV7(C.Union):
+    _fields_ = [("coll", _CollV7), ("ceColl", _CeCollV7)]
+
+
+class DescrV7(C.Structure):
+    _fields_ = [("type", C.c_uint64), ("parentObj", C.c_void_p), ("rank", C.c_int),
+                ("u", _DescrUnionV7)]
+
+
+_INIT7 = C.CFUNCTYPE(C.c_int, C.POINTER(C.c_void_p), C.c_uint64, C.POINTER(C.c_int), C.c_char_p,
+                     C.c_int, C.c_int, C.c_int, C.c_void_p)
+_START7 = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(C.c_void_p), C.POINTER(DescrV7))
+_RECORD7 = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.POINTER(StateArgsV4))
+
+
+class ProfilerV7(C.Structure):
+    _fields_ = [("name", C.c_char_p), ("init", _INIT7), ("startEvent", _START7),
+                ("stopEvent", _STOP), ("recordEventState", _RECORD7), ("finalize", _STOP)]
+
+
+CE_COLL = 1 << 12
+
+
+def test_v7_copy_engine_collectives_count_as_launches(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL >= 2.29 runs some intra-node collectives on the copy engines and reports them as
+    CeColl events only; through the v7 table each is a launch (CL), with no WR/WC and no TD."""
+    _require_tools()
+    assert C.sizeof(DescrV7) == 136 and _CollV7.userTag.offset == 104  # 24 + 104 = 128
+    assert _CeCollV7.stream.offset == 80 and C.sizeof(ProfilerV7) == 48
+    subprocess.run(["make", "-C", str(HOOKS)], check=True, capture_output=True, timeout=300)
+    sock = tmp_path / "ccl.sock"
+    monkeypatch.setenv("AEGIS_CCL_SOCKET", str(sock))
+    monkeypatch.setenv("AEGIS_CCL_INTERVAL_MS", "20")
+    table = ProfilerV7.in_dll(C.CDLL(str(LIB)), "ncclProfiler_v7")
+    with CCLReceiver(sock, "h002", lambda: "job-ce") as rx:
+        ctx, mask = C.c_void_p(), C.c_int()
+        assert table.init(C.byref(ctx), 0xCE7, C.byref(mask), b"tp", 1, 8, 5, None) == 0
+        assert mask.value == 0x5E | CE_COLL
+        for i in range(4):
+            d = DescrV7(type=CE_COLL)
+            d.u.ceColl = _CeCollV7(seqNumber=2 * i, func=b"AllGather", count=4096,
+                                   syncStrategy=b"MC", userTag=7)
+            h = C.c_void_p()
+            assert table.startEvent(ctx, C.byref(h), C.byref(d)) == 0 and h.value
+            table.stopEvent(h)
+        assert table.finalize(ctx) == 0
+        rec = _wait(rx, lambda r: bool(r.ranks) and r.ranks[0].ops[0].cl == 4)
+        (ag,) = rec.ranks[0].ops
+        assert (ag.op, ag.cl, ag.wr, ag.wc, ag.seq, ag.td_us) == ("AllGather", 4, 0, 0, 0, 0.0)
         assert rx.bad_count == 0
 
 
