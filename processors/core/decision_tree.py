@@ -5,7 +5,8 @@ fatal event, a fatal distributed symptom, a fatal config error, a fatal CUDA app
 a burst; the burst is judged once the watermark passes ``first trigger + settle_s``, so the
 host that crashed first is not confused with the host that reported first. The path:
 
-    CriticalError  host-side fatal event (XID 48/79/94/95, NVLink, PCIe lanes, NIC firmware):
+    CriticalError  host-side fatal event (XID 48/79/94/95, NVLink, PCIe lanes, NIC firmware,
+                   uncorrectable host memory, machine checks):
                    isolate that host (or GPU) and restart the job; symptoms elsewhere are
                    attributed to it (71% of distributed failures are not network failures).
     AppError       the job's own CUDA error (OOM, illegal access): no isolation.
@@ -40,9 +41,10 @@ from schemas.records import Diagnosis, LogRecord
 
 DETECTOR = "decision_tree"
 STATE_VERSION = 1
-_HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink"))
-UPDATE_RULES = frozenset(("nccl_version_mismatch",))  # config errors an update typically causes
-_HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link"))
+_HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink", "host_hw"))
+# config errors an update typically causes
+UPDATE_RULES = frozenset(("nccl_version_mismatch", "nvml_driver_mismatch"))
+_HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
 
 
 @dataclass

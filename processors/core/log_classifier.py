@@ -7,9 +7,12 @@ Categories (what the decision tree reasons about, Aegis Phase 1):
     nvlink              NVLink errors (XID 74, 144-150, NVRM nvlink messages)
     pcie                PCIe AER reports, link width/speed degradation
     nic_or_link         host NIC: mlx5 firmware health, module/cable, CQE errors, link state
+    host_hw             the host's CPU and memory: EDAC, machine checks, lockups, hung tasks
     distributed_symptom NCCL/PyTorch errors between ranks: timeouts, resets, remote exits
-    cuda_app_error      the application's CUDA errors: OOM, illegal access, XID 13/31/43
-    config              configuration: NCCL env/HCA, version or collective mismatch
+    cuda_app_error      the application's own errors: CUDA OOM, illegal access, XID 13/31/43,
+                        the host's OOM killer ending it
+    config              configuration: NCCL env/HCA, version or collective mismatch, the GPU
+                        stack not ready (NVML driver mismatch, fabric manager down)
     other               ordinary output
 
 Severity is ``fatal`` (breaks the job), ``degraded`` or ``info``. XIDs take their category,
@@ -25,15 +28,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from processors.core import log_rules
+from processors.core.log_rules_software import SOFTWARE
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.inventory import HostInventory, normalise_bus_id
 
 MAX_LINE_CHARS = 65536  # longer lines are classified on their first and last parts
-_HOST_SIDE = frozenset(("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link"))
+_HOST_SIDE = frozenset(("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
 _PEER_GID = re.compile(r"remoteGids?:*(?:ffff:)?(\d{1,3}(?:\.\d{1,3}){3})")
 _PEER_PORT = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252})<(\d{1,5})>")
 _PEER_PAREN = re.compile(r"\[([\w.-]+)\]:(\d{1,5})")
 _RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
+_GROUPS = (*log_rules.HARDWARE, *SOFTWARE)
+_NCCL_FIRST = (*SOFTWARE, *log_rules.HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
 _PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
 
 
@@ -118,7 +124,7 @@ def _classify(line: str, inv: HostInventory | None, policy: XidPolicy) -> LogEve
     x = log_rules.xid(line)
     if x is not None:
         return _xid_event(x[0], x[1], line, policy, inv)
-    for group in log_rules.NCCL_FIRST if "NCCL" in line else log_rules.GROUPS:
+    for group in _NCCL_FIRST if "NCCL" in line else _GROUPS:
         hit = group(line)
         if hit is not None:
             return _event(hit, line, inv)

@@ -1,4 +1,6 @@
-"""The rules behind :func:`processors.core.log_classifier.classify`, one group per log family.
+"""The hardware rules behind :func:`processors.core.log_classifier.classify` (GPU driver, DCGM,
+PCIe, NICs, the host's CPU and memory), one group per log family; the software ones (PyTorch,
+NCCL, Gloo, CUDA) are in :mod:`processors.core.log_rules_software`.
 
 Each group is a function ``line -> Hit | None``. It returns None when the line is not one of
 its own, so a later group may still claim it (an ``NCCL INFO NET/IB : Using mlx5_0`` line names
@@ -37,7 +39,7 @@ _GPU_BUS = re.compile(r"GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0
 
 def xid(line: str) -> tuple[int, str | None] | None:
     """(XID, bus id or None) of an ``NVRM: Xid (PCI:…): N`` line or an ``Xid=N`` report."""
-    if "Xid" not in line and "XID" not in line:
+    if "Xid" not in line and "XID" not in line or "SXid" in line:
         return None
     m = _XID_NVRM.search(line)
     if m:
@@ -51,20 +53,39 @@ def xid(line: str) -> tuple[int, str | None] | None:
 
 def xid_line_severity(line: str) -> str | None:
     """NVLink5 XIDs (144-150) say ``Fatal`` or ``Nonfatal`` themselves; that word decides."""
-    if " Nonfatal " in line or "Non-fatal" in line:
+    if " Nonfatal " in line or "Non-fatal" in line or "Nonfatal," in line:
         return "degraded"
-    if " Fatal " in line:
+    if " Fatal " in line or " Fatal," in line:
         return "fatal"
     return None
 
 
+_SMI_BUS = re.compile(r"device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+_SXID = re.compile(r"SXid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):?\s*(\d{1,6})\b")
+
+
 def nvrm(line: str) -> Hit | None:
-    """NVIDIA driver lines without an XID number."""
+    """NVIDIA driver lines without an XID number, nvidia-smi's lost GPUs, NVSwitch SXids."""
     if "fallen off the bus" in line:
         m = _GPU_BUS.search(line)
         return Hit("critical_gpu", "fatal", "gpu_fallen_off_bus", pci=m.group(1) if m else None)
+    if "Unable to determine the device handle for GPU" in line:
+        m = _SMI_BUS.search(line, 0, SCAN_CHARS)
+        bus = m.group(1) if m else None
+        if "GPU is lost" in line:  # nvidia-smi: the driver marked it lost (fallen off the bus)
+            return Hit("critical_gpu", "fatal", "gpu_lost", pci=bus)
+        # "Unknown Error": a GPU that fell off, or a container that lost its device nodes
+        return Hit("critical_gpu", "degraded", "gpu_handle_unavailable", pci=bus)
+    if "SXid" in line:  # NVSwitch errors; the line says Fatal / Non-fatal itself
+        m = _SXID.search(line, 0, SCAN_CHARS)
+        if m:
+            sev = xid_line_severity(line) or "degraded"
+            return Hit("nvlink", sev, f"sxid_{m.group(2)}", pci=m.group(1))
     if "NVRM" not in line:
         return None
+    if "RmInitAdapter failed" in line:  # the GPU did not initialise (as XID 143)
+        m = _GPU_BUS.search(line)
+        return Hit("critical_gpu", "fatal", "nvrm_init_failed", pci=m.group(1) if m else None)
     low = line.lower()
     if "nvlink" in low and ("fail" in low or "error" in low or "fatal" in low):
         sev = "fatal" if "fatal" in low else "degraded"
@@ -137,8 +158,15 @@ def pcie(line: str) -> Hit | None:
             return Hit("pcie", "fatal", "pcie_link_width_degraded", pci=_first_bus(line))
         if _SPEED_DOWN.search(low, 0, SCAN_CHARS):
             return Hit("pcie", "degraded", "pcie_link_speed_degraded", pci=_first_bus(line))
+    if "pciehp" in line:  # hotplug: the card behind the slot is gone, or back
+        if "Link Down" in line or "Card not present" in line or "Surprise Removal" in line:
+            return Hit("pcie", "fatal", "pcie_slot_down", pci=_first_bus(line))
+        if "Link Up" in line or "Card present" in line:
+            return Hit("pcie", "info", "pcie_slot_up", pci=_first_bus(line))
     if "AER" not in line and "pcieport" not in line and not ("PCIe" in line and "Bus Error" in line):
         return None
+    if "can't recover" in line or "recovery failed" in line or "Recovery failed" in line:
+        return Hit("pcie", "fatal", "pcie_aer_unrecovered", pci=_first_bus(line))
     if "Uncorrect" in line:
         sev = "degraded" if "Non-Fatal" in line or "NonFatal" in line else "fatal"
         return Hit("pcie", sev, "pcie_aer_uncorrected", pci=_first_bus(line))
@@ -157,27 +185,53 @@ def pcie(line: str) -> Hit | None:
 
 # ---- NICs (mlx5, netdev link state) -------------------------------------------------------
 _NIC_DEV = re.compile(r"\b(mlx5_\d+)\b|infiniband (\S+?):|\b([A-Za-z][\w.-]{1,15}): (?:NIC )?[Ll]ink ")
-_LINK_DOWN = ("Link down", "link down", "Link is Down", "Link is down", "PORT_DOWN",
-              "state changed to DOWN", "changed state to DOWN", "link becomes not ready")
-_LINK_UP = ("Link up", "link up", "Link is Up", "Link is up", "PORT_ACTIVE", "link becomes ready")
+_BOND_SLAVE = re.compile(r"\(slave ([\w.-]{1,15})\)|for interface ([\w.-]{1,15})")  # not bond0
+_TX_DEV = (re.compile(r"NETDEV WATCHDOG: ([A-Za-z][\w.-]{0,15}) \("),
+           re.compile(r"\b([A-Za-z][\w.-]{0,15}): NETDEV WATCHDOG"))
+_LINK_DOWN = ("Link down", "link down", "Link is Down", "Link is down", "Link DOWN", "PORT_DOWN",
+              "state changed to DOWN", "changed state to DOWN", "link becomes not ready",
+              "link status definitely down")
+_LINK_UP = ("Link up", "link up", "Link is Up", "Link is up", "Link UP", "Link ACTIVE",
+            "PORT_ACTIVE", "link becomes ready", "link status definitely up")
+_RETRY_EXCEEDED = ("retry count exceeded", "retry counter exceeded", "RETRY_EXC_ERR",
+                   "Retry count exceeded")
 
 
 def _nic_dev(line: str) -> str | None:
-    m = _NIC_DEV.search(line, 0, SCAN_CHARS)
+    m = _BOND_SLAVE.search(line, 0, SCAN_CHARS) or _NIC_DEV.search(line, 0, SCAN_CHARS)
     return next((g for g in m.groups() if g), None) if m else None
 
 
+def _tx_dev(line: str) -> str | None:
+    for rx in _TX_DEV:
+        m = rx.search(line, 0, SCAN_CHARS)
+        if m:
+            return m.group(1)
+    return None
+
+
 def nic(line: str) -> Hit | None:
-    """Host NIC events: mlx5 firmware health, module/cable, CQE errors, link state."""
+    """Host NIC events: mlx5 firmware health, module/cable, CQE errors, link state, transmit
+    hangs; and RDMA transport retries exhausted outside NCCL (UCX, MPI: the peer or the path
+    stopped answering, as NCCL's status=12)."""
+    if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
+            any(k in line for k in _RETRY_EXCEEDED):
+        return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
+    if "NETDEV WATCHDOG" in line:  # the NIC stopped transmitting (driver resets it)
+        return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=_first_bus(line),
+                   device=_tx_dev(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
     if mlx:
         if "ACCESS_REG" in line:  # monitoring reads on restricted PFs: known flood, harmless
             return Hit("other", "info", "mlx5_access_reg_noise")
+        if "mlx5_cmd_check" in line or "mlx5_cmd_out_err" in line:  # a refused driver command
+            return Hit("other", "info", "mlx5_cmd_failed")
         if ("health compromised" in line or "internal error" in line or "recovery flow aborted"
                 in line or "FW fatal" in line or "fw_fatal" in line):
             return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=_first_bus(line), device=_nic_dev(line))
         if "Port module event" in line:
-            sev = "fatal" if "error" in line.lower() or "unplugged" in line else "degraded"
+            sev = "fatal" if "error" in line.lower() or "unplugged" in line else \
+                "info" if "plugged" in line else "degraded"
             return Hit("nic_or_link", sev, "nic_module_event", pci=_first_bus(line), device=_nic_dev(line))
         if "insufficient power" in line:
             return Hit("nic_or_link", "degraded", "nic_insufficient_power", pci=_first_bus(line))
@@ -187,6 +241,8 @@ def nic(line: str) -> Hit | None:
     if "ink" in line or "DOWN" in line:
         if "NCCL" in line:
             return None
+        if "SATA link" in line:  # a disk port (an empty one logs this at every boot)
+            return Hit("other", "info", "sata_link")
         for s in _LINK_DOWN:
             if s in line:
                 return Hit("nic_or_link", "degraded", "nic_link_down", pci=_first_bus(line), device=_nic_dev(line))
@@ -196,98 +252,35 @@ def nic(line: str) -> Hit | None:
     return None
 
 
-# ---- PyTorch ProcessGroupNCCL, NCCL, sockets -----------------------------------------------
-def torch_watchdog(line: str) -> Hit | None:
-    if "atchdog" not in line and "NCCL" not in line:
-        return None
-    if "Watchdog caught collective operation timeout" in line:
-        return Hit("distributed_symptom", "fatal", "torch_watchdog_timeout")
-    if "detected by watchdog" in line or "communicator was aborted" in line:
-        return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
-    if "operations have failed or timed out" in line:
-        return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
+# ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
+_MCE_FATAL = ("Processor context corrupt", "Fatal machine check", "Uncorrected error",
+              "UC error", "Kernel panic - not syncing: Fatal")
+
+
+def host(line: str) -> Hit | None:
+    """Kernel reports of the host itself: EDAC memory errors, machine checks, CPU lockups,
+    hung tasks; and the OOM killer, which ends the job's process (an application error)."""
+    if "EDAC" in line:
+        if " UE " in line or "Uncorrected" in line or "uncorrectable" in line:
+            return Hit("host_hw", "fatal", "host_memory_uncorrectable")
+        if " CE " in line or "Corrected" in line or "correctable" in line:
+            return Hit("host_hw", "info", "host_memory_corrected")
+    if "Hardware Error" in line or "Machine check" in line or "machine check" in line:
+        if any(k in line for k in _MCE_FATAL):
+            return Hit("host_hw", "fatal", "host_mce_fatal")
+        return Hit("host_hw", "degraded", "host_mce")
+    if "LOCKUP" in line or "lockup" in line:
+        if "hard LOCKUP" in line:
+            return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
+        if "soft lockup" in line:
+            return Hit("host_hw", "degraded", "host_cpu_soft_lockup")
+    if "rcu" in line and "stall" in line and ("detected stall" in line or "self-detected" in line):
+        return Hit("host_hw", "degraded", "host_rcu_stall")
+    if "blocked for more than" in line and "task " in line:
+        return Hit("host_hw", "degraded", "host_hung_task")
+    if "Out of memory: Kill" in line or "oom-kill:" in line or "Memory cgroup out of memory" in line:
+        return Hit("cuda_app_error", "fatal", "host_oom_kill")
     return None
 
 
-_CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> severity, rule
-    (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument"), "fatal", "nccl_invalid_usage"),
-    (("Mismatched collective", "collective mismatch"), "fatal", "nccl_collective_mismatch"),
-    (("version mismatch", "Mismatched NCCL version", "bytes instead of", "Message truncated",
-      "wrong type"), "fatal", "nccl_version_mismatch"),
-    (("neither AF_INET", "no socket interface found", "No socket interface found"), "fatal",
-     "nccl_socket_config"),
-    (("ibv_modify_qp failed",), "fatal", "nccl_ib_qp_setup"),
-    (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
-     "nccl_ib_device_unavailable"),
-    (("No device found",), "info", "nccl_ib_no_device"),
-)
-_DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
-    (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
-     "nccl_cuda_error"),
-    (("Got completion", "completion error"), "distributed_symptom", "fatal", "nccl_ib_completion_error"),
-    (("Connection reset by peer",), "distributed_symptom", "fatal", "nccl_connection_reset"),
-    (("closed by remote peer",), "distributed_symptom", "fatal", "nccl_connection_closed"),
-    (("remote process exited", "ncclRemoteError"), "distributed_symptom", "fatal", "nccl_remote_error"),
-    (("Broken pipe",), "distributed_symptom", "fatal", "nccl_broken_pipe"),
-    (("unhandled system error", "ncclSystemError"), "distributed_symptom", "fatal",
-     "nccl_system_error"),
-    (("internal error", "ncclInternalError"), "distributed_symptom", "fatal", "nccl_internal_error"),
-    (("socketStartConnect", "Connection refused", "connection refused", "Connect to "),
-     "distributed_symptom", "fatal", "nccl_connect_failed"),
-    (("recv failed", "send failed", "Call to recv", "Call to send"), "distributed_symptom", "fatal",
-     "nccl_socket_io_failed"),
-    (("Failed to execute operation",), "distributed_symptom", "fatal", "nccl_proxy_failed"),
-    (("timeout", "Timeout", "timed out"), "distributed_symptom", "fatal", "nccl_timeout"),
-)
-
-
-def nccl(line: str) -> Hit | None:
-    """NCCL WARN lines, the NCCL errors PyTorch raises, and NCCL's socket layer."""
-    is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "Message truncated" in line)
-    if not is_nccl and "socket" not in line:
-        return None
-    if "NCCL INFO" in line:
-        if "No device found" in line:
-            return Hit("config", "info", "nccl_ib_no_device")
-        return Hit("other", "info", "nccl_info")
-    for keys, sev, rule in _CONFIG_RULES:
-        for k in keys:
-            if k in line:
-                return Hit("config", sev, rule)
-    if "NCCL_" in line and ("nvalid" in line or "nknown" in line) and "TORCH_NCCL" not in line:
-        return Hit("config", "degraded", "nccl_env_invalid")
-    for keys, cat, sev, rule in _DIST_RULES:
-        for k in keys:
-            if k in line:
-                if not is_nccl and rule not in ("nccl_connection_reset", "nccl_connection_closed",
-                                                "nccl_socket_io_failed", "nccl_broken_pipe"):
-                    break
-                return Hit(cat, sev, rule)
-    if is_nccl and ("NCCL WARN" in line or "NCCL error" in line):
-        return Hit("distributed_symptom", "degraded", "nccl_warn")
-    return None
-
-
-# ---- CUDA runtime errors seen by the application ------------------------------------------
-def cuda(line: str) -> Hit | None:
-    if "CU" not in line and "cuda" not in line:  # CUDA, CUBLAS, CUDNN
-        return None
-    if "uncorrectable ECC error" in line:
-        return Hit("critical_gpu", "fatal", "cuda_ecc_uncorrectable")
-    if "out of memory" in line or "OutOfMemoryError" in line:
-        return Hit("cuda_app_error", "fatal", "cuda_oom")
-    if "illegal memory access" in line or "illegal address" in line:
-        return Hit("cuda_app_error", "fatal", "cuda_illegal_access")
-    if "device-side assert" in line:
-        return Hit("cuda_app_error", "fatal", "cuda_device_assert")
-    if "CUDA-capable device" in line:
-        return Hit("cuda_app_error", "fatal", "cuda_no_device")
-    if ("CUDA error" in line or "CUDA_ERROR_" in line or "cudaError" in line
-            or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
-            or "CUDNN_STATUS_" in line and "SUCCESS" not in line):
-        return Hit("cuda_app_error", "fatal", "cuda_error")
-    return None
-
-
-GROUPS = (nvrm, dcgm, pcie, nic, torch_watchdog, nccl, cuda)
-NCCL_FIRST = (torch_watchdog, nccl, cuda, nvrm, dcgm, pcie, nic)  # same rules, NCCL lines first
+HARDWARE = (nvrm, dcgm, pcie, nic, host)  # the software groups: log_rules_software.SOFTWARE

@@ -25,7 +25,7 @@ from typing import Any
 from schemas.errors import ConfigError
 
 DEFAULT_POLICY_PATH = str(Path(__file__).with_name("xid_policy.toml"))
-CATEGORIES = ("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link",
+CATEGORIES = ("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link", "host_hw",
               "distributed_symptom", "cuda_app_error", "config", "other")
 SEVERITIES = ("fatal", "degraded", "info")
 XID_ACTIONS = ("isolate_gpu", "isolate_host", "restart_job", "none")

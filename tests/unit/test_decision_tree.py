@@ -263,3 +263,32 @@ def test_late_watchdog_timeouts_fold_into_the_found_fault() -> None:
     late = [rec(300.0 + i, f"h{i:02d}", watchdog(8 * i)) for i in range(8)]
     diags += run(tree, late, 400.0)
     assert len(diags) == 1 and diags[0].kind == "critical_error"
+
+
+def test_host_memory_uncorrectable_isolates_the_host() -> None:
+    """Aegis: host memory and CPU are 23 % of failures; an uncorrectable DIMM error takes the host."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    edac = ("[11189.970968] EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 "
+            "(channel:2 slot:0 page:0xb757589 offset:0x140 grain:32)")
+    recs = [rec(10.0, "h02", edac, "kernel")]
+    recs += [rec(11.0, f"h{h:02d}", watchdog(h * 8)) for h in (0, 1, 3)]
+    (d,) = run(tree, recs, until=100.0)
+    assert d.kind == "critical_error" and d.culprits.hosts == ("h02",)
+    assert d.evidence["actions"] == [["isolate_host", "h02"], ["restart_job", JOB]]
+
+
+def test_driver_library_mismatch_everywhere_recommends_rollback() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    nvml = "Failed to initialize NVML: Driver/library version mismatch"
+    (d,) = run(tree, [rec(5.0 + 0.3 * h, f"h{h:02d}", nvml) for h in range(4)], until=60.0)
+    assert d.kind == "config" and d.evidence["config_rule"] == "nvml_driver_mismatch"
+    assert d.evidence["actions"] == [["rollback_update", JOB]]
+
+
+def test_host_oom_kill_is_the_applications_fault() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    oom = "[3017506.733819] Out of memory: Kill process 25635 (python) score 974 or sacrifice child"
+    recs = [rec(10.0, "h01", oom, "kernel")] + [rec(11.0, f"h{h:02d}", closed(ip(1))) for h in (0, 2)]
+    (d,) = run(tree, recs, until=100.0)
+    assert d.evidence["path"][-1] == "AppError:hit"
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])

@@ -83,6 +83,66 @@ def test_nvlink5_line_says_its_own_severity() -> None:
     assert classify(nonfatal).severity == "degraded"
 
 
+# Fields of the formats added after the real-line audit. Lines quoted from public reports
+# (kernel mailing-list copies for the mlx5 "Link DOWN", bonding-slave and pciehp ones).
+@pytest.mark.parametrize("line,want", [
+    ("[  309.261822] mlx5_core 0000:0a:00.0 mlx5_0: Port: 1 Link DOWN",
+     ("nic_or_link", "degraded", "nic_link_down", "mlx5_0", "0000:0a:00.0")),
+    ("[ 4444.035309] bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
+     ("nic_or_link", "degraded", "nic_link_down", "enp83s0f0np0", None)),
+    ("bonding: bond0: link status definitely down for interface eth0, disabling it",
+     ("nic_or_link", "degraded", "nic_link_down", "eth0", None)),
+    ("Oct 15 19:26:35 11008211 kernel: NETDEV WATCHDOG: eth2 (igb): transmit queue 5 timed out",
+     ("nic_or_link", "degraded", "nic_tx_timeout", "eth2", None)),
+    ("[ 1356.296930] r8125 0000:22:04.0 eth4: NETDEV WATCHDOG: CPU: 3: transmit queue 0 timed out",
+     ("nic_or_link", "degraded", "nic_tx_timeout", "eth4", "0000:22:04.0")),
+    ("[ast1815:6807 :0:6807] ib_mlx5_log.c:115  FATAL: Error on mlx5_3:1 QP 0xe6d7 wqe[7821]: "
+     "Transport retry count exceeded (synd 0x15 vend 0x81) opcode SEND",
+     ("distributed_symptom", "fatal", "ib_retry_exceeded", "mlx5_3", None)),
+    ("kernel: [123.456791] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 "
+     "sourcetrack timeout error", ("nvlink", "fatal", "sxid_24007", None, "0000:c3:00.0")),
+    ("kernel: [123.456789] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 "
+     "RX Short Error Rate", ("nvlink", "degraded", "sxid_20009", None, "0000:c3:00.0")),
+    ("[256236.152623] pcieport 0000:89:02.0: pciehp: Slot(400): Card not present",
+     ("pcie", "fatal", "pcie_slot_down", None, "0000:89:02.0")),
+    ("[   28.583853] pcieport 0000:06:01.0: pciehp: Slot(1): Link Down",
+     ("pcie", "fatal", "pcie_slot_down", None, "0000:06:01.0")),
+    ("Unable to determine the device handle for GPU0000:65:00.0: Unknown Error",
+     ("critical_gpu", "degraded", "gpu_handle_unavailable", None, "0000:65:00.0")),
+    ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system "
+     "to recover this GPU", ("critical_gpu", "fatal", "gpu_lost", None, "0000:02:00.0")),
+])
+def test_audited_formats_fields(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.category, e.severity, e.rule, e.device, e.pci_bus_id) == want, e
+
+
+@pytest.mark.parametrize("line,rule,sev,peer", [
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
+     "[192.168.70.92]:25266: Connection reset by peer", "dist_connection_reset", "fatal",
+     "192.168.70.92:25266"),
+    ("torch.distributed.DistStoreError: Timed out after 6 seconds waiting for workers. 1/2 workers "
+     "joined.", "dist_timeout", "fatal", None),
+    ("[W427 01:04:16.149509694 socket.cpp:752] [c10d] The client socket has failed to connect to "
+     "[::ffff:198.18.0.1]:3254 (errno: 110 - Connection timed out).", "dist_timeout", "degraded",
+     None),  # a retry, logged as a warning
+])
+def test_gloo_and_c10d_failures_are_distributed_symptoms(line: str, rule: str, sev: str,
+                                                         peer: str | None) -> None:
+    e = classify(line)
+    assert (e.category, e.rule, e.severity, e.peer) == ("distributed_symptom", rule, sev, peer)
+
+
+@pytest.mark.parametrize("line", [
+    "ReadTimeoutError: HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out.",
+    "socket.timeout: The read operation timed out",
+    "Jun 14 10:05:53 bazzite kernel: ata1: SATA link down (SStatus 0 SControl 300)",
+    "[default0]:Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+])
+def test_look_alikes_stay_other(line: str) -> None:
+    assert classify(line).category == "other"
+
+
 def test_policy_override_changes_classification(tmp_path) -> None:
     f = tmp_path / "p.toml"
     f.write_text('[xid.94]\nseverity = "degraded"\naction = "restart_job"\n')

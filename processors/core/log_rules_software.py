@@ -1,0 +1,136 @@
+"""The software rules behind :func:`processors.core.log_classifier.classify`: PyTorch's
+watchdog, NCCL (and the same failures from Gloo and the c10d store), the host's GPU stack not
+being ready, and the application's CUDA errors. Conventions as in
+:mod:`processors.core.log_rules`: plain substring tests first, then linear regexes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from processors.core.log_rules import Hit
+
+
+# ---- PyTorch ProcessGroupNCCL, NCCL, sockets -----------------------------------------------
+def torch_watchdog(line: str) -> Hit | None:
+    if "atchdog" not in line and "NCCL" not in line:
+        return None
+    if "Watchdog caught collective operation timeout" in line:
+        return Hit("distributed_symptom", "fatal", "torch_watchdog_timeout")
+    if "detected by watchdog" in line or "communicator was aborted" in line:
+        return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
+    if "operations have failed or timed out" in line:
+        return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
+    return None
+
+
+_CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> severity, rule
+    (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument"), "fatal", "nccl_invalid_usage"),
+    (("Mismatched collective", "collective mismatch"), "fatal", "nccl_collective_mismatch"),
+    (("version mismatch", "Mismatched NCCL version", "bytes instead of", "Message truncated",
+      "wrong type"), "fatal", "nccl_version_mismatch"),
+    (("neither AF_INET", "no socket interface found", "No socket interface found"), "fatal",
+     "nccl_socket_config"),
+    (("ibv_modify_qp failed",), "fatal", "nccl_ib_qp_setup"),
+    (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
+     "nccl_ib_device_unavailable"),
+    (("No device found",), "info", "nccl_ib_no_device"),
+)
+_DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
+    (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
+     "nccl_cuda_error"),
+    (("Got completion", "completion error"), "distributed_symptom", "fatal", "nccl_ib_completion_error"),
+    (("Connection reset by peer",), "distributed_symptom", "fatal", "nccl_connection_reset"),
+    (("closed by remote peer", "closed by peer"), "distributed_symptom", "fatal",
+     "nccl_connection_closed"),
+    (("remote process exited", "ncclRemoteError"), "distributed_symptom", "fatal", "nccl_remote_error"),
+    (("Broken pipe",), "distributed_symptom", "fatal", "nccl_broken_pipe"),
+    (("unhandled system error", "ncclSystemError"), "distributed_symptom", "fatal",
+     "nccl_system_error"),
+    (("internal error", "ncclInternalError"), "distributed_symptom", "fatal", "nccl_internal_error"),
+    (("socketStartConnect", "Connection refused", "connection refused", "Connect to "),
+     "distributed_symptom", "fatal", "nccl_connect_failed"),
+    (("recv failed", "send failed", "Call to recv", "Call to send"), "distributed_symptom", "fatal",
+     "nccl_socket_io_failed"),
+    (("Failed to execute operation",), "distributed_symptom", "fatal", "nccl_proxy_failed"),
+    (("timeout", "Timeout", "timed out", "Timed out"), "distributed_symptom", "fatal",
+     "nccl_timeout"),
+)
+# PyTorch's other transports (Gloo) and its rendezvous store (c10d TCPStore) report the same
+# failures between ranks; their rules are named dist_* instead of nccl_*
+_TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetworkError",
+               "DistBackendError", "client socket has timed out")
+_GLOG_WARNING = re.compile(r"\[W\d{3,4} ")
+_SOCKET_ONLY = frozenset(("nccl_connection_reset", "nccl_connection_closed", "nccl_socket_io_failed",
+                          "nccl_broken_pipe"))
+
+
+def nccl(line: str) -> Hit | None:
+    """NCCL WARN lines, the NCCL errors PyTorch raises, NCCL's socket layer, and the same
+    failures from Gloo and the c10d store."""
+    is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "Message truncated" in line)
+    torch_dist = not is_nccl and ("gloo" in line or "c10d" in line or "istributed" in line
+                                  or "Dist" in line or "client socket" in line) and \
+        any(k in line for k in _TORCH_DIST)
+    if not is_nccl and not torch_dist and "socket" not in line:
+        return None
+    if "NCCL INFO" in line:
+        if "No device found" in line:
+            return Hit("config", "info", "nccl_ib_no_device")
+        return Hit("other", "info", "nccl_info")
+    for keys, sev, rule in _CONFIG_RULES:
+        for k in keys:
+            if k in line:
+                return Hit("config", sev, rule)
+    if "NCCL_" in line and ("nvalid" in line or "nknown" in line) and "TORCH_NCCL" not in line:
+        return Hit("config", "degraded", "nccl_env_invalid")
+    for keys, cat, sev, rule in _DIST_RULES:
+        for k in keys:
+            if k in line:
+                if not is_nccl and not torch_dist and rule not in _SOCKET_ONLY:
+                    break  # a bare "socket ... timed out" is as likely an HTTP download
+                if torch_dist and _GLOG_WARNING.search(line, 0, 64):
+                    sev = "degraded"  # c10d logs its retries as warnings; the error comes later
+                return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:])
+    if is_nccl and ("NCCL WARN" in line or "NCCL error" in line):
+        return Hit("distributed_symptom", "degraded", "nccl_warn")
+    return None
+
+
+# ---- GPU software stack not ready on the host ---------------------------------------------
+def gpu_setup(line: str) -> Hit | None:
+    """The host's GPU stack is not usable: the driver was updated under a loaded module
+    (NVML version mismatch), or the fabric manager is not running (CUDA error 802)."""
+    if "mismatch" in line and "Driver/library version mismatch" in line:
+        return Hit("config", "fatal", "nvml_driver_mismatch")
+    if ("802" in line or "NotReady" in line or "NOT_READY" in line) and (
+            "system not yet initialized" in line or "cudaErrorSystemNotReady" in line
+            or "CUDA_ERROR_SYSTEM_NOT_READY" in line):
+        return Hit("config", "fatal", "cuda_system_not_ready")
+    return None
+
+
+# ---- CUDA runtime errors seen by the application ------------------------------------------
+def cuda(line: str) -> Hit | None:
+    if "CU" not in line and "cuda" not in line:  # CUDA, CUBLAS, CUDNN
+        return None
+    if "TORCH_USE_CUDA_DSA" in line:  # PyTorch's advice printed after every CUDA error
+        return Hit("other", "info", "cuda_advice")
+    if "uncorrectable ECC error" in line:
+        return Hit("critical_gpu", "fatal", "cuda_ecc_uncorrectable")
+    if "out of memory" in line or "OutOfMemoryError" in line:
+        return Hit("cuda_app_error", "fatal", "cuda_oom")
+    if "illegal memory access" in line or "illegal address" in line:
+        return Hit("cuda_app_error", "fatal", "cuda_illegal_access")
+    if "device-side assert" in line:
+        return Hit("cuda_app_error", "fatal", "cuda_device_assert")
+    if "CUDA-capable device" in line:
+        return Hit("cuda_app_error", "fatal", "cuda_no_device")
+    if ("CUDA error" in line or "CUDA_ERROR_" in line or "cudaError" in line
+            or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
+            or "CUDNN_STATUS_" in line and "SUCCESS" not in line):
+        return Hit("cuda_app_error", "fatal", "cuda_error")
+    return None
+
+
+SOFTWARE = (torch_watchdog, nccl, gpu_setup, cuda)
