@@ -330,7 +330,10 @@ class DecisionTree:
             return self._ranks[e.peer_rank]
         if not e.peer:
             return None, None
-        addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
+        if e.peer.startswith("[") and "]" in e.peer:  # [ipv6]:port
+            addr = e.peer[1:e.peer.index("]")]
+        else:
+            addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
         inv = self.inventory
         if inv is not None:
             host = inv.host_for_ip(addr)

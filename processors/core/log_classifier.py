@@ -35,7 +35,10 @@ from schemas.inventory import HostInventory, normalise_bus_id
 MAX_LINE_CHARS = 65536  # longer lines are classified on their first and last parts
 _HOST_SIDE = frozenset(("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
 _PEER_GID = re.compile(r"remoteGids?:*(?:ffff:)?(\d{1,3}(?:\.\d{1,3}){3})")
+_PEER_V6 = re.compile(r"\b([0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?:%[\w.-]+)?<(\d{1,5})>")
 _PEER_PORT = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252})<(\d{1,5})>")
+_PEER_REMOTE = re.compile(r"(?:remote=|connect to )\[(?:::ffff:)?([^\]\s]{1,255})\]:(\d{1,5})")  # c10d
+_PEER_HOST = re.compile(r"(?:to host|connect to) (\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252}):(\d{1,5})\b")
 _PEER_PAREN = re.compile(r"\[([\w.-]+)\]:(\d{1,5})")
 _RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
 _GROUPS = (*log_rules.HARDWARE, *SOFTWARE)
@@ -82,6 +85,13 @@ def _peer(line: str) -> str | None:
     m = _PEER_GID.search(line, 0, log_rules.SCAN_CHARS)
     if m:
         return m.group(1)
+    m = _PEER_V6.search(line, 0, log_rules.SCAN_CHARS)
+    if m:
+        return f"[{m.group(1)}]:{m.group(2)}"
+    m = _PEER_REMOTE.search(line, 0, log_rules.SCAN_CHARS) or _PEER_HOST.search(
+        line, 0, log_rules.SCAN_CHARS)
+    if m:
+        return f"{m.group(1)}:{m.group(2)}"
     m = _PEER_PORT.search(line, 0, log_rules.SCAN_CHARS)
     if m:
         return f"{m.group(1)}:{m.group(2)}"

@@ -83,9 +83,16 @@ def nvrm(line: str) -> Hit | None:
             return Hit("nvlink", sev, f"sxid_{m.group(2)}", pci=m.group(1))
     if "NVRM" not in line:
         return None
-    if "RmInitAdapter failed" in line:  # the GPU did not initialise (as XID 143)
+    if "RmInitAdapter failed" in line or "rm_init_adapter failed" in line:  # as XID 143
         m = _GPU_BUS.search(line)
         return Hit("critical_gpu", "fatal", "nvrm_init_failed", pci=m.group(1) if m else None)
+    if "GSP" in line and ("imeout" in line or "timedout" in line or "needs to be reset" in line) \
+            or "rpcRecvPoll timedout" in line:  # GSP stopped answering (XID 119 when logged)
+        m = _GPU_BUS.search(line)
+        sev = "fatal" if "marked for reset" in line else "degraded"
+        return Hit("critical_gpu", sev, "nvrm_gsp_timeout", pci=m.group(1) if m else None)
+    if "Memory Subsystem Error" in line:
+        return Hit("critical_gpu", "degraded", "nvrm_mem_subsystem_error")
     low = line.lower()
     if "nvlink" in low and ("fail" in low or "error" in low or "fatal" in low):
         sev = "fatal" if "fatal" in low else "degraded"
@@ -99,6 +106,7 @@ def nvrm(line: str) -> Hit | None:
 _DCGM_FR = re.compile(r"DCGM_FR_([A-Z0-9_]+)")
 _DCGM_CODES: tuple[tuple[str, str, str], ...] = (  # code fragment -> category, severity
     ("FALLEN_OFF_BUS", "critical_gpu", "fatal"), ("DBE", "critical_gpu", "fatal"),
+    ("IMEX", "config", "degraded"),  # the NVLink-domain daemon is down: software, not the GPU
     ("UNCORRECTABLE", "critical_gpu", "fatal"), ("ROW_REMAP_FAILURE", "critical_gpu", "fatal"),
     ("UNCONTAINED", "critical_gpu", "fatal"), ("SBE", "benign_gpu", "info"),
     ("PENDING", "benign_gpu", "degraded"), ("RETIRED", "benign_gpu", "degraded"),
@@ -187,7 +195,7 @@ def pcie(line: str) -> Hit | None:
 _NIC_DEV = re.compile(r"\b(mlx5_\d+)\b|infiniband (\S+?):|\b([A-Za-z][\w.-]{1,15}): (?:NIC )?[Ll]ink ")
 _BOND_SLAVE = re.compile(r"\(slave ([\w.-]{1,15})\)|for interface ([\w.-]{1,15})")  # not bond0
 _TX_DEV = (re.compile(r"NETDEV WATCHDOG: ([A-Za-z][\w.-]{0,15}) \("),
-           re.compile(r"\b([A-Za-z][\w.-]{0,15}): NETDEV WATCHDOG"))
+           re.compile(r"\b([A-Za-z][\w.-]{0,15}): (?:NETDEV WATCHDOG|TX timeout)"))
 _LINK_DOWN = ("Link down", "link down", "Link is Down", "Link is down", "Link DOWN", "PORT_DOWN",
               "state changed to DOWN", "changed state to DOWN", "link becomes not ready",
               "link status definitely down")
@@ -217,15 +225,18 @@ def nic(line: str) -> Hit | None:
     if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
             any(k in line for k in _RETRY_EXCEEDED):
         return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
-    if "NETDEV WATCHDOG" in line:  # the NIC stopped transmitting (driver resets it)
+    if "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line \
+            or "Keep alive watchdog timeout" in line:  # the NIC stopped transmitting
         return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=_first_bus(line),
-                   device=_tx_dev(line))
+                   device=_tx_dev(line) or _nic_dev(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
     if mlx:
         if "ACCESS_REG" in line:  # monitoring reads on restricted PFs: known flood, harmless
             return Hit("other", "info", "mlx5_access_reg_noise")
         if "mlx5_cmd_check" in line or "mlx5_cmd_out_err" in line:  # a refused driver command
             return Hit("other", "info", "mlx5_cmd_failed")
+        if "failed" in line and ("load_one" in line or "probe of" in line):  # Aegis: NIC driver error
+            return Hit("nic_or_link", "fatal", "nic_driver_error", pci=_first_bus(line))
         if ("health compromised" in line or "internal error" in line or "recovery flow aborted"
                 in line or "FW fatal" in line or "fw_fatal" in line):
             return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=_first_bus(line), device=_nic_dev(line))
@@ -253,7 +264,9 @@ def nic(line: str) -> Hit | None:
 
 
 # ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
-_MCE_FATAL = ("Processor context corrupt", "Fatal machine check", "Uncorrected error",
+_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (", "not responding, "
+            "still trying")
+_MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
 
 
@@ -266,9 +279,22 @@ def host(line: str) -> Hit | None:
         if " CE " in line or "Corrected" in line or "correctable" in line:
             return Hit("host_hw", "info", "host_memory_corrected")
     if "Hardware Error" in line or "Machine check" in line or "machine check" in line:
+        if "PCIe error" in line:  # APEI reporting a PCIe error (severity on its own line)
+            return Hit("pcie", "degraded", "pcie_apei_error", pci=_first_bus(line))
         if any(k in line for k in _MCE_FATAL):
             return Hit("host_hw", "fatal", "host_mce_fatal")
+        if "severity: corrected" in line:
+            return Hit("host_hw", "info", "host_mce_corrected")
         return Hit("host_hw", "degraded", "host_mce")
+    if "temperature above threshold" in line:  # the CPU is throttled
+        return Hit("host_hw", "degraded", "host_cpu_thermal")
+    if "ower" in line and ("Power Supply Failure" in line or "power supply fail" in line
+                           or "Power Supply AC lost" in line):  # Aegis: power failures
+        return Hit("host_hw", "fatal", "host_power_failure")
+    if "Kernel panic - not syncing" in line:
+        return Hit("host_hw", "fatal", "host_kernel_panic")
+    if any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
+        return Hit("host_hw", "degraded", "host_storage_error")
     if "LOCKUP" in line or "lockup" in line:
         if "hard LOCKUP" in line:
             return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
@@ -278,7 +304,8 @@ def host(line: str) -> Hit | None:
         return Hit("host_hw", "degraded", "host_rcu_stall")
     if "blocked for more than" in line and "task " in line:
         return Hit("host_hw", "degraded", "host_hung_task")
-    if "Out of memory: Kill" in line or "oom-kill:" in line or "Memory cgroup out of memory" in line:
+    if "Out of memory: Kill" in line or "oom-kill" in line or "Memory cgroup out of memory" in line \
+            or ": Out Of Memory" in line:  # the kernel, a cgroup, Slurm
         return Hit("cuda_app_error", "fatal", "host_oom_kill")
     return None
 

@@ -15,6 +15,8 @@ from processors.core.log_rules import Hit
 def torch_watchdog(line: str) -> Hit | None:
     if "atchdog" not in line and "NCCL" not in line:
         return None
+    if "watchdog got stuck" in line:  # the NCCL watchdog itself hung (driver or NCCL stuck)
+        return Hit("distributed_symptom", "fatal", "torch_watchdog_stuck")
     if "Watchdog caught collective operation timeout" in line:
         return Hit("distributed_symptom", "fatal", "torch_watchdog_timeout")
     if "detected by watchdog" in line or "communicator was aborted" in line:
@@ -31,7 +33,8 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
       "wrong type"), "fatal", "nccl_version_mismatch"),
     (("neither AF_INET", "no socket interface found", "No socket interface found"), "fatal",
      "nccl_socket_config"),
-    (("ibv_modify_qp failed",), "fatal", "nccl_ib_qp_setup"),
+    (("ibv_modify_qp failed", "ibv_create_qp failed", "ibv_create_cq failed"), "fatal",
+     "nccl_ib_qp_setup"),
     (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
      "nccl_ib_device_unavailable"),
     (("No device found",), "info", "nccl_ib_no_device"),
@@ -48,9 +51,11 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
     (("unhandled system error", "ncclSystemError"), "distributed_symptom", "fatal",
      "nccl_system_error"),
     (("internal error", "ncclInternalError"), "distributed_symptom", "fatal", "nccl_internal_error"),
-    (("socketStartConnect", "Connection refused", "connection refused", "Connect to "),
+    (("socketStartConnect", "Connection refused", "connection refused", "Connect to ",
+      "failed to connect"),
      "distributed_symptom", "fatal", "nccl_connect_failed"),
-    (("recv failed", "send failed", "Call to recv", "Call to send"), "distributed_symptom", "fatal",
+    (("recv failed", "send failed", "Call to recv", "Call to send", "recvValue failed",
+      "ailed to recv", "recvValueWithTimeout failed"), "distributed_symptom", "fatal",
      "nccl_socket_io_failed"),
     (("Failed to execute operation",), "distributed_symptom", "fatal", "nccl_proxy_failed"),
     (("timeout", "Timeout", "timed out", "Timed out"), "distributed_symptom", "fatal",
@@ -59,8 +64,9 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
 # PyTorch's other transports (Gloo) and its rendezvous store (c10d TCPStore) report the same
 # failures between ranks; their rules are named dist_* instead of nccl_*
 _TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetworkError",
-               "DistBackendError", "client socket has timed out")
-_GLOG_WARNING = re.compile(r"\[W\d{3,4} ")
+               "DistBackendError", "client socket has timed out", "TCPStore", "SocketImpl",
+               "store based barrier", "tensorpipe")
+_GLOG_WARNING = re.compile(r"(?:^|[\[:])W(?:\d{3,4})? ")  # [W0625 …], W0701 …, [W tensorpipe…
 _SOCKET_ONLY = frozenset(("nccl_connection_reset", "nccl_connection_closed", "nccl_socket_io_failed",
                           "nccl_broken_pipe"))
 
@@ -70,7 +76,8 @@ def nccl(line: str) -> Hit | None:
     failures from Gloo and the c10d store."""
     is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "Message truncated" in line)
     torch_dist = not is_nccl and ("gloo" in line or "c10d" in line or "istributed" in line
-                                  or "Dist" in line or "client socket" in line) and \
+                                  or "Dist" in line or "client socket" in line or "Store" in line
+                                  or "Socket" in line or "store" in line or "tensorpipe" in line) and \
         any(k in line for k in _TORCH_DIST)
     if not is_nccl and not torch_dist and "socket" not in line:
         return None
@@ -89,8 +96,8 @@ def nccl(line: str) -> Hit | None:
             if k in line:
                 if not is_nccl and not torch_dist and rule not in _SOCKET_ONLY:
                     break  # a bare "socket ... timed out" is as likely an HTTP download
-                if torch_dist and _GLOG_WARNING.search(line, 0, 64):
-                    sev = "degraded"  # c10d logs its retries as warnings; the error comes later
+                if (torch_dist or is_nccl) and _GLOG_WARNING.search(line, 0, 64):
+                    sev = "degraded"  # PyTorch logs retries as warnings; the error comes later
                 return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:])
     if is_nccl and ("NCCL WARN" in line or "NCCL error" in line):
         return Hit("distributed_symptom", "degraded", "nccl_warn")
@@ -100,9 +107,11 @@ def nccl(line: str) -> Hit | None:
 # ---- GPU software stack not ready on the host ---------------------------------------------
 def gpu_setup(line: str) -> Hit | None:
     """The host's GPU stack is not usable: the driver was updated under a loaded module
-    (NVML version mismatch), or the fabric manager is not running (CUDA error 802)."""
+    (NVML version mismatch), is not loaded, or the fabric manager is not running (CUDA 802)."""
     if "mismatch" in line and "Driver/library version mismatch" in line:
         return Hit("config", "fatal", "nvml_driver_mismatch")
+    if "couldn't communicate with the NVIDIA driver" in line:
+        return Hit("config", "fatal", "nvidia_driver_unavailable")
     if ("802" in line or "NotReady" in line or "NOT_READY" in line) and (
             "system not yet initialized" in line or "cudaErrorSystemNotReady" in line
             or "CUDA_ERROR_SYSTEM_NOT_READY" in line):

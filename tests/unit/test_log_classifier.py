@@ -117,6 +117,22 @@ def test_audited_formats_fields(line: str, want: tuple) -> None:
     assert (e.category, e.severity, e.rule, e.device, e.pci_bus_id) == want, e
 
 
+def test_peer_is_the_remote_end() -> None:
+    """IPv6 peers, c10d's SocketImpl remote= (not its local addr=), and "to host ip:port"."""
+    v6 = ("H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "
+          "peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor "
+          "err 81 (Send)")
+    assert classify(v6).peer == "[fe80::966d:ae03:8b:df78]:53249"
+    sock = ("[rank6]:[W729 04:05:00.000000000 TCPStore.cpp:125] [c10d] recvValue failed on "
+            "SocketImpl(fd=76, addr=[localhost]:60950, remote=[localhost]:29500): Connection reset "
+            "by peer")
+    e = classify(sock)
+    assert (e.peer, e.rank, e.severity) == ("localhost:29500", 6, "degraded")
+    retry = ("[W426 10:00:00.000000000 TCPStore.cpp:347] [c10d] TCP client failed to "
+             "connect/validate to host 100.64.0.1:59782 - retrying")
+    assert classify(retry).peer == "100.64.0.1:59782"
+
+
 @pytest.mark.parametrize("line,rule,sev,peer", [
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
      "[192.168.70.92]:25266: Connection reset by peer", "dist_connection_reset", "fatal",
@@ -124,8 +140,8 @@ def test_audited_formats_fields(line: str, want: tuple) -> None:
     ("torch.distributed.DistStoreError: Timed out after 6 seconds waiting for workers. 1/2 workers "
      "joined.", "dist_timeout", "fatal", None),
     ("[W427 01:04:16.149509694 socket.cpp:752] [c10d] The client socket has failed to connect to "
-     "[::ffff:198.18.0.1]:3254 (errno: 110 - Connection timed out).", "dist_timeout", "degraded",
-     None),  # a retry, logged as a warning
+     "[::ffff:198.18.0.1]:3254 (errno: 110 - Connection timed out).", "dist_connect_failed",
+     "degraded", "198.18.0.1:3254"),  # a retry, logged as a warning
 ])
 def test_gloo_and_c10d_failures_are_distributed_symptoms(line: str, rule: str, sev: str,
                                                          peer: str | None) -> None:
