@@ -24,7 +24,7 @@ def build_parser(prog: str = "aegis diagnose") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="recording file (aegis simulate --out FILE, or aegis dump)")
-    p.add_argument("-o", "--out", default="-", help="JSONL output (default: stdout)")
+    p.add_argument("-o", "--out", default="-", help="JSONL output, replaced if it exists (default: stdout)")
     p.add_argument("--inventory", help="inventory JSON (default: the recording header's)")
     p.add_argument("--policy", help="TOML policy file: thresholds, XID policy")
     p.add_argument("--no-refusals", action="store_true", help="leave guard refusals out")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     progress = Progress("diagnose", enabled=True if a.progress else None)
     try:
-        with JsonlSink(a.out, include_refusals=not a.no_refusals) as sink:
+        with JsonlSink(a.out, include_refusals=not a.no_refusals, append=False) as sink:
             engine = run_file(a.file, sink, a.inventory, config, progress,
                               finish=not a.no_finish, workers=a.workers)
     except WireError as e:

@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", default=os.environ.get("AEGIS_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
                    help="Kafka bootstrap servers (env AEGIS_KAFKA_BOOTSTRAP)")
     p.add_argument("--topic-prefix", default="", help="prefix of every topic name")
-    p.add_argument("-o", "--out", default="-", help="JSONL output (default: stdout)")
+    p.add_argument("-o", "--out", default="-", help="JSONL output, replaced if it exists (default: stdout)")
     p.add_argument("--inventory", help="inventory JSON (default: the recording header's)")
     p.add_argument("--policy", help="what-if: also replay under this TOML policy and diff; "
                                     "-o and --report then show the candidate's outputs")
@@ -281,7 +281,7 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     progress = Progress("replay", expected_records(path, header), enabled=enabled)
     what = len(configs) - 1  # the engine whose outputs -o and --report show
     try:
-        with JsonlSink(a.out, include_refusals=not a.no_refusals) as out:
+        with JsonlSink(a.out, include_refusals=not a.no_refusals, append=False) as out:
             sinks: list[Any] = [None] * len(configs)
             sinks[what] = out
             run = replay_file(path, configs, inventory, sinks, a.finish, a.job, t_from, t_to,

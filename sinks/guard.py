@@ -19,6 +19,12 @@ Rules (defaults in :class:`GuardConfig`; docs/sinks.md has the rationale):
 - The same diagnosis id twice gives nothing; the same action on the same target within
   ``repeat_window_s`` is refused as a repeat (three detectors reporting one fault must not
   restart the job thrice), except a restart_job whose diagnosis just isolated a new host.
+- One incident, several detectors: a diagnosis whose evidence began (``event_ts``) at or
+  before the time a command was issued describes the incident that command answered. The
+  same action on the same target is then a repeat however late it comes (Z-score needs T =
+  600 s to confirm what TD/N saw in seconds), and an isolation of a host that had itself or
+  one of its GPUs isolated for the job is refused ``already_isolated`` (a hang seen after a
+  GPU's crash must not escalate to its host).
 
 Windows are symmetric in event time (|t - t_i| < W), so any interval of length W holds at
 most the cap, whatever order late diagnoses arrive in.
@@ -157,6 +163,12 @@ class Guard:
                        f"{d.kind} diagnoses are fixed by configuration, not by isolating hardware")
             isolation_refused = True
         elif isolations:
+            for a, tgt, prev in self._answered(d, t, isolations):
+                refuse(a, tgt, "already_isolated",
+                       f"{prev[1]} was isolated at event time {prev[0]:.3f}, after this "
+                       f"diagnosis' evidence began ({float(d.event_ts):.3f}): the same incident")
+                isolations.remove((a, tgt))
+        if isolations and d.kind not in self.config.no_isolation_kinds:
             verdict = self._check_caps(d, t, isolations)
             if verdict is not None:
                 reason, detail = verdict
@@ -187,6 +199,19 @@ class Guard:
             self._issue(d, t, a, tgt, commands, refuse,
                         check_repeat=not (a == "restart_job" and isolated_now))
         return GuardDecision(tuple(commands), tuple(refusals), tuple(raised))
+
+    def _answered(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]]
+                  ) -> list[tuple[str, str, tuple[float, str]]]:
+        """Isolations on hosts this job already isolated (the host or one of its GPUs) after
+        this diagnosis' evidence began, with (when, what) of that earlier isolation."""
+        since = float(d.event_ts)
+        earlier: dict[str, tuple[float, str]] = {}
+        for (job, a, tgt), ts in self._s.issued.items():
+            if job == d.job and a in ISOLATING_ACTIONS and since <= ts \
+                    and abs(ts - t) < self.config.window_s:
+                earlier.setdefault(host_of(tgt), (ts, tgt))
+        return [(a, tgt, earlier[host_of(tgt)]) for a, tgt in isolations
+                if host_of(tgt) in earlier]
 
     def _localised(self, job: str, t: float) -> bool:
         """Aegis Alg. 1: OfflineDiag is the fallback. A job whose culprit was isolated or
@@ -254,9 +279,12 @@ class Guard:
                check_repeat: bool = True) -> bool:
         key = (d.job, action, target)
         last = self._s.issued.get(key)
-        if check_repeat and last is not None and abs(last - t) < self.config.repeat_window_s:
+        if check_repeat and last is not None and (abs(last - t) < self.config.repeat_window_s
+                                                  or float(d.event_ts) <= last):
             refuse(action, target, "repeat",
-                   f"{action} {target} already issued at event time {last:.3f}")
+                   f"{action} {target} already issued at event time {last:.3f}"
+                   + ("" if abs(last - t) < self.config.repeat_window_s else
+                      f", after this diagnosis' evidence began ({float(d.event_ts):.3f})"))
             return False
         self._s.issued[key] = t
         rule = d.evidence.get("rule", "") if isinstance(d.evidence, Mapping) else ""

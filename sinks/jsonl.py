@@ -51,11 +51,14 @@ def read_jsonl(path: str | Path) -> Iterator[SinkItem]:
 
 
 class JsonlSink:
-    """Append sink items to a file (path, ``"-"`` for stdout, or an open binary stream)."""
+    """Write sink items to a file (path, ``"-"`` for stdout, or an open binary stream). A path
+    is appended to (a long-running writer loses nothing across restarts), or truncated first
+    with ``append=False`` (one command's output file: ``aegis diagnose -o``, ``aegis replay -o``)."""
 
     def __init__(self, out: str | Path | IO[bytes], *, include_refusals: bool = True,
-                 include_dead_letters: bool = True) -> None:
+                 include_dead_letters: bool = True, append: bool = True) -> None:
         self._target = out
+        self._mode = "ab" if append else "wb"
         self._fh: IO[bytes] | None = None
         self._owns = False
         self.include_refusals = include_refusals
@@ -73,7 +76,7 @@ class JsonlSink:
 
                 self._fh = sys.stdout.buffer
             else:
-                self._fh = open(self._target, "ab")  # noqa: SIM115 - closed in close()
+                self._fh = open(self._target, self._mode)  # noqa: SIM115 - closed in close()
                 self._owns = True
         else:
             self._fh = self._target

@@ -10,7 +10,8 @@ host that crashed first is not confused with the host that reported first. The p
                    isolate that host (or GPU) and restart the job; symptoms elsewhere are
                    attributed to it (71% of distributed failures are not network failures).
     AppError       the job's own CUDA error (OOM, illegal access): no isolation.
-    DistError      distributed symptoms between exactly 2 hosts: isolate both.
+    DistError      distributed symptoms between exactly 2 hosts (a line names the other end):
+                   isolate both.
     RootDiag       more hosts (processors.core.root_diag): the endpoint at the centre of the
                    failed connections (most connections, or in all of the first ones) or
                    the one host with host-side evidence, or the one silent host of the job.
@@ -163,6 +164,11 @@ class DecisionTree:
             out.diagnoses.append(d)
         return out
 
+    def flush(self) -> Outputs:
+        """End of input (a file): judge a burst whose settle time runs past the last record."""
+        start = self._burst_start()
+        return self.advance(start + self.cfg.settle_s) if start is not None else Outputs()
+
     def snapshot(self) -> dict[str, Any]:
         return {"v": STATE_VERSION, "watermark": self.watermark,
                 "burst": [list(astuple(e)) for e in self.burst],
@@ -236,8 +242,11 @@ class DecisionTree:
         if dist:
             involved, edges = self._endpoints(dist)
             named = sorted(h for h in involved if not h.startswith("?"))
-            pool = self._job_hosts or self.seen_hosts
-            if len(involved) <= 2 and named and (len(involved) == 2 or len(pool) <= 1):
+            # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end. Timeouts
+            # name nobody; in a 2-host job both hosts log them whichever one failed, so they
+            # go on to RootDiag (and the Phase-2 detectors), not isolate-both.
+            between = any(e.peer is not None or e.peer_rank is not None for e in dist)
+            if len(involved) == 2 and named and between:
                 path.append(f"DistError:{len(involved)}hosts")
                 acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]
                 return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,

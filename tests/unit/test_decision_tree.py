@@ -292,3 +292,32 @@ def test_host_oom_kill_is_the_applications_fault() -> None:
     (d,) = run(tree, recs, until=100.0)
     assert d.evidence["path"][-1] == "AppError:hit"
     assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+
+
+def test_two_host_job_timeouts_alone_isolate_nobody() -> None:
+    """Both hosts of a 2-host job log watchdog timeouts whichever one hung: no line names the
+    other end, so this is not "errors between 2 hosts" (Phase 2 localises such hangs)."""
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    recs = [rec(100.0 + 0.3 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(2)]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["path"][:2] == ["CriticalError:miss", "DistError:2hosts"]
+    assert d.kind != "dist_error"
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+
+
+def test_config_error_in_a_two_host_job_is_config() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    internal = ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                "internal error - please report this issue to the NCCL developers")
+    recs = [rec(5.0 + 0.3 * h, f"h{h:02d}", line) for h in range(2) for line in (TRUNCATED, internal)]
+    (d,) = run(tree, recs, until=60.0)
+    assert d.kind == "config"
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+
+
+def test_flush_judges_a_burst_that_ends_the_input() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    assert run(tree, [rec(295.0, "h01", reset(ip(2))), rec(295.2, "h02", closed(ip(1)))]) == []
+    (d,) = tree.flush().diagnoses
+    assert d.kind == "dist_error" and d.culprits.hosts == ("h01", "h02")
+    assert tree.flush().diagnoses == []

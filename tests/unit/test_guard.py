@@ -258,3 +258,38 @@ def test_offline_diag_refused_when_the_culprit_is_already_known() -> None:
                            rule="offline_diag", event_ts=220.0, detected_ts=225.0,
                            evidence={"actions": [["run_offline_diag", "k"]]})
     assert [c.action for c in g.decide(other).commands] == ["run_offline_diag"]
+
+
+def test_one_incident_seen_late_by_a_slower_detector_is_a_repeat() -> None:
+    """Z-score confirms after T = 600 s what TD/N isolated within seconds: its evidence began
+    before the first command, so the same command is a repeat however late it comes."""
+    g = Guard()
+    fast = [("isolate_gpu", "h1/gpu6"), ("restart_job", "j1")]
+    assert len(g.decide(diag(actions=fast, ts=130.0, event_ts=120.0)).commands) == 2
+    late = g.decide(diag(actions=fast, ts=810.0, event_ts=120.0))
+    assert late.commands == ()
+    assert {(r.action, r.reason) for r in late.refusals} == {
+        ("isolate_gpu", "already_isolated"), ("restart_job", "repeat")}
+    netdiag = [("run_netdiag", "h1/nic2<->tor-r2")]
+    assert g.decide(diag(actions=netdiag, ts=140.0, event_ts=121.0)).commands
+    (r,) = g.decide(diag(actions=netdiag, ts=820.0, event_ts=125.0)).refusals
+    assert r.reason == "repeat" and "evidence began" in r.detail
+
+
+def test_a_gpu_crash_does_not_escalate_to_its_host() -> None:
+    g = Guard()
+    assert g.decide(diag(actions=[("isolate_gpu", "h5/gpu6"), ("restart_job", "j1")],
+                         ts=65.0, event_ts=60.0)).commands
+    hang = g.decide(diag(kind="hang_compute", actions=iso("h5"), ts=90.0, event_ts=61.0))
+    assert hang.commands == ()
+    assert [(r.action, r.reason) for r in hang.refusals] == [
+        ("isolate_host", "already_isolated"), ("restart_job", "repeat")]
+
+
+def test_a_new_fault_after_the_isolation_is_acted_on() -> None:
+    g = Guard()
+    assert g.decide(diag(actions=[("isolate_gpu", "h5/gpu6"), ("restart_job", "j1")],
+                         ts=65.0, event_ts=60.0)).commands
+    out = g.decide(diag(actions=iso("h5"), ts=2000.0, event_ts=1990.0))
+    assert [(c.action, c.target) for c in out.commands] == [("isolate_host", "h5"),
+                                                           ("restart_job", "j1")]
