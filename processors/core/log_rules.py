@@ -225,8 +225,9 @@ def nic(line: str) -> Hit | None:
     if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
             any(k in line for k in _RETRY_EXCEEDED):
         return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
-    if "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line \
-            or "Keep alive watchdog timeout" in line:  # the NIC stopped transmitting
+    if ("imeout" in line or "NETDEV" in line or "tx completions" in line) and (
+            "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line
+            or "Keep alive watchdog timeout" in line):  # the NIC stopped transmitting
         return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=_first_bus(line),
                    device=_tx_dev(line) or _nic_dev(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
@@ -264,50 +265,61 @@ def nic(line: str) -> Hit | None:
 
 
 # ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
-_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (", "not responding, "
-            "still trying")
+_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (")  # with "rror"
 _MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
 
 
 def host(line: str) -> Hit | None:
     """Kernel reports of the host itself: EDAC memory errors, machine checks, CPU lockups,
-    hung tasks; and the OOM killer, which ends the job's process (an application error)."""
-    if "EDAC" in line:
-        if " UE " in line or "Uncorrected" in line or "uncorrectable" in line:
-            return Hit("host_hw", "fatal", "host_memory_uncorrectable")
-        if " CE " in line or "Corrected" in line or "correctable" in line:
-            return Hit("host_hw", "info", "host_memory_corrected")
-    if "Hardware Error" in line or "Machine check" in line or "machine check" in line:
-        if "PCIe error" in line:  # APEI reporting a PCIe error (severity on its own line)
-            return Hit("pcie", "degraded", "pcie_apei_error", pci=_first_bus(line))
-        if any(k in line for k in _MCE_FATAL):
-            return Hit("host_hw", "fatal", "host_mce_fatal")
-        if "severity: corrected" in line:
-            return Hit("host_hw", "info", "host_mce_corrected")
-        return Hit("host_hw", "degraded", "host_mce")
-    if "temperature above threshold" in line:  # the CPU is throttled
-        return Hit("host_hw", "degraded", "host_cpu_thermal")
-    if "ower" in line and ("Power Supply Failure" in line or "power supply fail" in line
-                           or "Power Supply AC lost" in line):  # Aegis: power failures
-        return Hit("host_hw", "fatal", "host_power_failure")
-    if "Kernel panic - not syncing" in line:
-        return Hit("host_hw", "fatal", "host_kernel_panic")
-    if any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
-        return Hit("host_hw", "degraded", "host_storage_error")
-    if "LOCKUP" in line or "lockup" in line:
+    hung tasks, thermal, power, panics, storage; and the OOM killer, which ends the job's
+    process (an application error). Gated on a few substrings: most lines pass none."""
+    if "rror" in line:  # EDAC, [Hardware Error], I/O / medium / EXT4-fs / XFS errors
+        if "EDAC" in line:
+            if " UE " in line or "Uncorrected" in line or "uncorrectable" in line:
+                return Hit("host_hw", "fatal", "host_memory_uncorrectable")
+            if " CE " in line or "Corrected" in line or "correctable" in line:
+                return Hit("host_hw", "info", "host_memory_corrected")
+        elif "Hardware Error" in line:
+            return _mce(line)
+        elif any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
+            return Hit("host_hw", "degraded", "host_storage_error")
+    if "achine check" in line:
+        return _mce(line)
+    if "ockup" in line or "OCKUP" in line:
         if "hard LOCKUP" in line:
             return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
         if "soft lockup" in line:
             return Hit("host_hw", "degraded", "host_cpu_soft_lockup")
-    if "rcu" in line and "stall" in line and ("detected stall" in line or "self-detected" in line):
+    if "stall" in line and "rcu" in line and ("detected stall" in line or "self-detected" in line):
         return Hit("host_hw", "degraded", "host_rcu_stall")
     if "blocked for more than" in line and "task " in line:
         return Hit("host_hw", "degraded", "host_hung_task")
-    if "Out of memory: Kill" in line or "oom-kill" in line or "Memory cgroup out of memory" in line \
-            or ": Out Of Memory" in line:  # the kernel, a cgroup, Slurm
-        return Hit("cuda_app_error", "fatal", "host_oom_kill")
+    if "emperature above threshold" in line:  # the CPU is throttled
+        return Hit("host_hw", "degraded", "host_cpu_thermal")
+    if "upply" in line and ("Power Supply Failure" in line or "power supply fail" in line
+                            or "Power Supply AC lost" in line):  # Aegis: power failures
+        return Hit("host_hw", "fatal", "host_power_failure")
+    if "panic" in line and "Kernel panic - not syncing" in line:
+        return Hit("host_hw", "fatal", "host_kernel_panic")
+    if "not responding, still trying" in line:  # NFS
+        return Hit("host_hw", "degraded", "host_storage_error")
+    if ("emory" in line or "oom-kill" in line) and (
+            "Out of memory: Kill" in line or "oom-kill" in line
+            or "Memory cgroup out of memory" in line or ": Out Of Memory" in line):
+        return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
     return None
+
+
+def _mce(line: str) -> Hit:
+    """A machine check / APEI ``[Hardware Error]`` line."""
+    if "PCIe error" in line:  # APEI reporting a PCIe error (severity on its own line)
+        return Hit("pcie", "degraded", "pcie_apei_error", pci=_first_bus(line))
+    if any(k in line for k in _MCE_FATAL):
+        return Hit("host_hw", "fatal", "host_mce_fatal")
+    if "severity: corrected" in line:
+        return Hit("host_hw", "info", "host_mce_corrected")
+    return Hit("host_hw", "degraded", "host_mce")
 
 
 HARDWARE = (nvrm, dcgm, pcie, nic, host)  # the software groups: log_rules_software.SOFTWARE

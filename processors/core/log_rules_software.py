@@ -75,12 +75,14 @@ def nccl(line: str) -> Hit | None:
     """NCCL WARN lines, the NCCL errors PyTorch raises, NCCL's socket layer, and the same
     failures from Gloo and the c10d store."""
     is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "Message truncated" in line)
-    torch_dist = not is_nccl and ("gloo" in line or "c10d" in line or "istributed" in line
-                                  or "Dist" in line or "client socket" in line or "Store" in line
-                                  or "Socket" in line or "store" in line or "tensorpipe" in line) and \
-        any(k in line for k in _TORCH_DIST)
-    if not is_nccl and not torch_dist and "socket" not in line:
-        return None
+    torch_dist = False
+    if not is_nccl:
+        if not ("ocket" in line or "tore" in line or "istributed" in line or "Dist" in line
+                or "gloo" in line or "c10d" in line or "tensorpipe" in line):
+            return None
+        torch_dist = any(k in line for k in _TORCH_DIST)
+        if not torch_dist and "socket" not in line:
+            return None
     if "NCCL INFO" in line:
         if "No device found" in line:
             return Hit("config", "info", "nccl_ib_no_device")
@@ -112,7 +114,7 @@ def gpu_setup(line: str) -> Hit | None:
         return Hit("config", "fatal", "nvml_driver_mismatch")
     if "couldn't communicate with the NVIDIA driver" in line:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
-    if ("802" in line or "NotReady" in line or "NOT_READY" in line) and (
+    if ("802" in line or "_READY" in line or "NotReady" in line) and (
             "system not yet initialized" in line or "cudaErrorSystemNotReady" in line
             or "CUDA_ERROR_SYSTEM_NOT_READY" in line):
         return Hit("config", "fatal", "cuda_system_not_ready")
