@@ -46,6 +46,10 @@ _HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink", "host_hw"))
 # config errors an update typically causes
 UPDATE_RULES = frozenset(("nccl_version_mismatch", "nvml_driver_mismatch"))
 _HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
+# distributed symptoms that are a connection's own failure (nccl_* / dist_* rules, suffix)
+_CONNECTION_RULES = frozenset(("connection_reset", "connection_closed", "ib_completion_error",
+                               "remote_error", "broken_pipe", "socket_io_failed", "connect_failed",
+                               "retry_exceeded"))
 
 
 @dataclass
@@ -242,10 +246,12 @@ class DecisionTree:
         if dist:
             involved, edges = self._endpoints(dist)
             named = sorted(h for h in involved if not h.startswith("?"))
-            # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end. Timeouts
-            # name nobody; in a 2-host job both hosts log them whichever one failed, so they
-            # go on to RootDiag (and the Phase-2 detectors), not isolate-both.
-            between = any(e.peer is not None or e.peer_rank is not None for e in dist)
+            # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end, or be a
+            # connection's own failure. Timeouts name nobody; in a 2-host job both hosts log
+            # them whichever one failed, so they go on to RootDiag (and Phase 2), not
+            # isolate-both.
+            between = any(e.peer is not None or e.peer_rank is not None
+                          or e.rule.split("_", 1)[-1] in _CONNECTION_RULES for e in dist)
             if len(involved) == 2 and named and between:
                 path.append(f"DistError:{len(involved)}hosts")
                 acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]

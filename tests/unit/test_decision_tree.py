@@ -321,3 +321,12 @@ def test_flush_judges_a_burst_that_ends_the_input() -> None:
     (d,) = tree.flush().diagnoses
     assert d.kind == "dist_error" and d.culprits.hosts == ("h01", "h02")
     assert tree.flush().diagnoses == []
+
+
+def test_two_host_connection_failure_without_addresses_isolates_both() -> None:
+    """A connection's own failure implies the other end even when the line names no address."""
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    bare = "misc/socket.cc:49 NCCL WARN Net : Connection closed by remote peer"
+    recs = [rec(50.0, "h00", bare), rec(50.4, "h01", bare)]
+    (d,) = run(tree, recs, until=100.0)
+    assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
