@@ -27,8 +27,10 @@ from schemas.records import LOG_SOURCES
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="aegis classify-log",
-        description="Classify log lines (NVRM Xid, NCCL, PyTorch watchdog, mlx5, PCIe AER, DCGM, "
-                    "CUDA errors) and write one JSON object per line.")
+        description="Classify log lines (NVRM Xid and SXid, NCCL, PyTorch watchdog, Gloo and "
+                    "c10d, mlx5 and NIC links, PCIe AER, DCGM, CUDA errors, host CPU/memory/"
+                    "storage, the OOM killer) and write one JSON object per line "
+                    "(categories: docs/phase1.md).")
     p.add_argument("files", nargs="*", metavar="FILE", help="log files; none or '-' reads stdin")
     p.add_argument("--inventory", metavar="FILE",
                    help="inventory JSON: maps PCI bus ids to GPU indexes")
