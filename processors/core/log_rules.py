@@ -242,7 +242,8 @@ def nic(line: str) -> Hit | None:
                 in line or "FW fatal" in line or "fw_fatal" in line):
             return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=_first_bus(line), device=_nic_dev(line))
         if "Port module event" in line:
-            sev = "fatal" if "error" in line.lower() or "unplugged" in line else \
+            # an unplugged cable: its link-down line follows (an unused port logs it at boot)
+            sev = "fatal" if "error" in line.lower() else "degraded" if "unplugged" in line else \
                 "info" if "plugged" in line else "degraded"
             return Hit("nic_or_link", sev, "nic_module_event", pci=_first_bus(line), device=_nic_dev(line))
         if "insufficient power" in line:
@@ -265,6 +266,7 @@ def nic(line: str) -> Hit | None:
 
 
 # ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
+_PROBE_DEV = re.compile(r"dev (?:fd|sr|loop)\d")
 _STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (")  # with "rror"
 _MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
@@ -283,9 +285,13 @@ def host(line: str) -> Hit | None:
         elif "Hardware Error" in line:
             return _mce(line)
         elif any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
+            if _PROBE_DEV.search(line, 0, SCAN_CHARS):  # an empty floppy / CD / loop device
+                return Hit("other", "info", "host_storage_probe")
             return Hit("host_hw", "degraded", "host_storage_error")
     if "achine check" in line:
-        return _mce(line)
+        if "events logged" in line or any(k in line for k in _MCE_FATAL):
+            return _mce(line)
+        return Hit("other", "info", "host_mce_banner")  # "machine check architecture supported"
     if "ockup" in line or "OCKUP" in line:
         if "hard LOCKUP" in line:
             return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
@@ -317,8 +323,11 @@ def _mce(line: str) -> Hit:
         return Hit("pcie", "degraded", "pcie_apei_error", pci=_first_bus(line))
     if any(k in line for k in _MCE_FATAL):
         return Hit("host_hw", "fatal", "host_mce_fatal")
-    if "severity: corrected" in line:
+    low = line.lower()
+    if "corrected" in low and "uncorrected" not in low:  # "corrected by h/w", "type: corrected"
         return Hit("host_hw", "info", "host_mce_corrected")
+    if "[Hardware Error]" in line and "severity" not in line and "events logged" not in line:
+        return Hit("host_hw", "info", "host_mce_detail")  # an APEI record's body line
     return Hit("host_hw", "degraded", "host_mce")
 
 

@@ -66,6 +66,7 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
 _TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetworkError",
                "DistBackendError", "client socket has timed out", "TCPStore", "SocketImpl",
                "store based barrier", "tensorpipe")
+_SETTING = re.compile(r"[Tt]imeout\w*['\"]?\s?[:=]\s?['\"]?\(?\d")  # a setting, not an event
 _GLOG_WARNING = re.compile(r"(?:^|[\[:])W(?:\d{3,4})? ")  # [W0625 …], W0701 …, [W tensorpipe…
 _SOCKET_ONLY = frozenset(("nccl_connection_reset", "nccl_connection_closed", "nccl_socket_io_failed",
                           "nccl_broken_pipe"))
@@ -98,6 +99,8 @@ def nccl(line: str) -> Hit | None:
             if k in line:
                 if not is_nccl and not torch_dist and rule not in _SOCKET_ONLY:
                     break  # a bare "socket ... timed out" is as likely an HTTP download
+                if rule == "nccl_timeout" and "imed out" not in line and _SETTING.search(line):
+                    break  # a config dump: timeout=1800, nccl_timeout: 600
                 if (torch_dist or is_nccl) and _GLOG_WARNING.search(line, 0, 64):
                     sev = "degraded"  # PyTorch logs retries as warnings; the error comes later
                 return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:])
@@ -129,7 +132,9 @@ def cuda(line: str) -> Hit | None:
         return Hit("other", "info", "cuda_advice")
     if "uncorrectable ECC error" in line:
         return Hit("critical_gpu", "fatal", "cuda_ecc_uncorrectable")
-    if "out of memory" in line or "OutOfMemoryError" in line:
+    if ("out of memory" in line or "OutOfMemoryError" in line) and (
+            "OutOfMemoryError" in line or "CUDA out of memory" in line or "rror: out of memory" in line
+            or "rror (2): out of memory" in line):  # not vLLM's "if you are running out of memory"
         return Hit("cuda_app_error", "fatal", "cuda_oom")
     if "illegal memory access" in line or "illegal address" in line:
         return Hit("cuda_app_error", "fatal", "cuda_illegal_access")
@@ -137,6 +142,8 @@ def cuda(line: str) -> Hit | None:
         return Hit("cuda_app_error", "fatal", "cuda_device_assert")
     if "CUDA-capable device" in line:
         return Hit("cuda_app_error", "fatal", "cuda_no_device")
+    if "UserWarning" in line:  # e.g. cuDNN "Plan failed ... NOT_SUPPORTED": another plan runs
+        return Hit("other", "info", "cuda_warning")
     if ("CUDA error" in line or "CUDA_ERROR_" in line or "cudaError" in line
             or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
             or "CUDNN_STATUS_" in line and "SUCCESS" not in line):

@@ -154,9 +154,26 @@ def test_gloo_and_c10d_failures_are_distributed_symptoms(line: str, rule: str, s
     "socket.timeout: The read operation timed out",
     "Jun 14 10:05:53 bazzite kernel: ata1: SATA link down (SStatus 0 SControl 300)",
     "[default0]:Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    # settings printed at start-up are not timeouts (made-up lines of real shapes)
+    "nccl_timeout: 600",
+    "TorchConfig(backend='nccl', init_method='env', timeout_s=1800)",
+    "TrainingArguments(ddp_backend=nccl, ddp_timeout=1800, output_dir=out)",
+    "[   16.576127] blk_update_request: I/O error, dev fd0, sector 0",
+    "Intel machine check architecture supported.",
 ])
 def test_look_alikes_stay_other(line: str) -> None:
     assert classify(line).category == "other"
+
+
+@pytest.mark.parametrize("line", [
+    "{20}[Hardware Error]: It has been corrected by h/w and requires no further action",
+    "{20}[Hardware Error]:  Error 0, type: corrected",
+    " kernel:[Hardware Error]: Error Status: Corrected error, no action required.",
+    "[11219.196524] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+])
+def test_corrected_and_unrated_hardware_error_lines_are_info(line: str) -> None:
+    e = classify(line)
+    assert (e.category, e.severity) == ("host_hw", "info"), e
 
 
 def test_policy_override_changes_classification(tmp_path) -> None:
