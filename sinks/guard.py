@@ -165,7 +165,7 @@ class Guard:
         elif isolations:
             for a, tgt, prev in self._answered(d, t, isolations):
                 refuse(a, tgt, "already_isolated",
-                       f"{prev[1]} was isolated at event time {prev[0]:.3f}, after this "
+                       f"host {prev[1]} had an isolation at event time {prev[0]:.3f}, after this "
                        f"diagnosis' evidence began ({float(d.event_ts):.3f}): the same incident")
                 isolations.remove((a, tgt))
         if isolations and d.kind not in self.config.no_isolation_kinds:
@@ -203,13 +203,12 @@ class Guard:
     def _answered(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]]
                   ) -> list[tuple[str, str, tuple[float, str]]]:
         """Isolations on hosts this job already isolated (the host or one of its GPUs) after
-        this diagnosis' evidence began, with (when, what) of that earlier isolation."""
+        this diagnosis' evidence began, with (when, which host) of that earlier isolation."""
         since = float(d.event_ts)
         earlier: dict[str, tuple[float, str]] = {}
-        for (job, a, tgt), ts in self._s.issued.items():
-            if job == d.job and a in ISOLATING_ACTIONS and since <= ts \
-                    and abs(ts - t) < self.config.window_s:
-                earlier.setdefault(host_of(tgt), (ts, tgt))
+        for ts, job, h in self._isolations_near(t, self.config.window_s):
+            if job == d.job and ts >= since:
+                earlier.setdefault(h, (ts, h))
         return [(a, tgt, earlier[host_of(tgt)]) for a, tgt in isolations
                 if host_of(tgt) in earlier]
 

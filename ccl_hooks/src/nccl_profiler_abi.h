@@ -202,57 +202,66 @@ typedef struct {
   ncclResult_t (*finalize)(void* context);
 } ncclProfiler_v4_t;
 
+/* Union members with one layout from v5 on, where v6 reuses them unchanged (v7 appends
+ * fields to some, so it declares its own). */
+struct aegisNcclGroupApiDescr {
+  bool graphCaptured;
+  int groupDepth;
+};
+struct aegisNcclCollApiDescr_v5 {
+  const char* func;
+  size_t count;
+  const char* datatype;
+  int root;
+  void* stream;
+  bool graphCaptured;
+};
+struct aegisNcclP2pApiDescr_v5 {
+  const char* func;
+  size_t count;
+  const char* datatype;
+  void* stream;
+  bool graphCaptured;
+};
+struct aegisNcclKernelLaunchDescr {
+  void* stream;
+};
+struct aegisNcclCollDescr_v5 {
+  uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  size_t count;
+  int root;
+  const char* datatype;
+  uint8_t nChannels;
+  uint8_t nWarps;
+  const char* algo;
+  const char* proto;
+  void* parentGroup;
+};
+struct aegisNcclP2pDescr_v5 {
+  const char* func;
+  void* buff;
+  const char* datatype;
+  size_t count;
+  int peer;
+  uint8_t nChannels;
+  void* parentGroup;
+};
+
 /* profiler_v5.h: ncclProfilerEventDescr_v5_t (type widened to 64 bits, API events added). */
 typedef struct {
   uint64_t type;
   void* parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      int root;
-      void* stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      void* stream;
-      bool graphCaptured;
-    } p2pApi;
-    struct {
-      void* stream;
-    } kernelLaunch;
-    struct {
-      uint64_t seqNumber;
-      const char* func;
-      void const* sendBuff;
-      void* recvBuff;
-      size_t count;
-      int root;
-      const char* datatype;
-      uint8_t nChannels;
-      uint8_t nWarps;
-      const char* algo;
-      const char* proto;
-      void* parentGroup;
-    } coll;
-    struct {
-      const char* func;
-      void* buff;
-      const char* datatype;
-      size_t count;
-      int peer;
-      uint8_t nChannels;
-      void* parentGroup;
-    } p2p;
+    struct aegisNcclGroupApiDescr groupApi;
+    struct aegisNcclCollApiDescr_v5 collApi;
+    struct aegisNcclP2pApiDescr_v5 p2pApi;
+    struct aegisNcclKernelLaunchDescr kernelLaunch;
+    struct aegisNcclCollDescr_v5 coll;
+    struct aegisNcclP2pDescr_v5 p2p;
     struct aegisNcclProxyOpDescr proxyOp;
     struct aegisNcclProxyStepDescr proxyStep;
     struct aegisNcclKernelChDescr kernelCh;

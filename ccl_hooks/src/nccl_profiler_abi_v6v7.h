@@ -27,51 +27,12 @@ typedef struct {
   void* parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      int root;
-      void* stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char* func;
-      size_t count;
-      const char* datatype;
-      void* stream;
-      bool graphCaptured;
-    } p2pApi;
-    struct {
-      void* stream;
-    } kernelLaunch;
-    struct {
-      uint64_t seqNumber;
-      const char* func;
-      void const* sendBuff;
-      void* recvBuff;
-      size_t count;
-      int root;
-      const char* datatype;
-      uint8_t nChannels;
-      uint8_t nWarps;
-      const char* algo;
-      const char* proto;
-      void* parentGroup;
-    } coll;
-    struct {
-      const char* func;
-      void* buff;
-      const char* datatype;
-      size_t count;
-      int peer;
-      uint8_t nChannels;
-      void* parentGroup;
-    } p2p;
+    struct aegisNcclGroupApiDescr groupApi;
+    struct aegisNcclCollApiDescr_v5 collApi;
+    struct aegisNcclP2pApiDescr_v5 p2pApi;
+    struct aegisNcclKernelLaunchDescr kernelLaunch;
+    struct aegisNcclCollDescr_v5 coll;
+    struct aegisNcclP2pDescr_v5 p2p;
     struct aegisNcclProxyOpDescr proxyOp;
     struct aegisNcclProxyStepDescr proxyStep;
     struct aegisNcclKernelChDescr kernelCh;
@@ -115,10 +76,7 @@ typedef struct {
   void* parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
+    struct aegisNcclGroupApiDescr groupApi;
     struct {
       const char* func;
       size_t count;
@@ -136,9 +94,7 @@ typedef struct {
       bool graphCaptured;
       uint64_t userTag;
     } p2pApi;
-    struct {
-      void* stream;
-    } kernelLaunch;
+    struct aegisNcclKernelLaunchDescr kernelLaunch;
     struct {
       uint64_t seqNumber;
       const char* func;

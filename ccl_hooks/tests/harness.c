@@ -78,10 +78,14 @@ static void zero(struct descrs* x, uint64_t type, void* parent) {
  * see any read past it (a v6 descriptor is 112 bytes, v7's 136). */
 static void* start(const struct drv* d, void* ctx, struct descrs* x) {
   void* h = (void*)0x1; /* NCCL does not clear it; the plugin must */
-  const void* src = d->version == 4 ? (const void*)&x->a : d->version == 5 ? (const void*)&x->b
-                    : d->version == 6 ? (const void*)&x->c : (const void*)&x->e;
-  size_t size = d->version == 4 ? sizeof(x->a) : d->version == 5 ? sizeof(x->b)
-                : d->version == 6 ? sizeof(x->c) : sizeof(x->e);
+  const void* src = &x->e;
+  size_t size = sizeof(x->e);
+  switch (d->version) {
+    case 4: src = &x->a, size = sizeof(x->a); break;
+    case 5: src = &x->b, size = sizeof(x->b); break;
+    case 6: src = &x->c, size = sizeof(x->c); break;
+    default: break;
+  }
   void* copy = malloc(size);
   if (copy == NULL) return NULL;
   memcpy(copy, src, size);

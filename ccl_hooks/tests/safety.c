@@ -38,11 +38,8 @@ static void scenario_socket_absent(const struct drv* d) {
 
 /* A receiver that never reads: sends fail with EAGAIN, are counted, never block. */
 static void scenario_socket_full(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "full");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "1");
+  if (rx_start(&r, "full", "1") != 0) return;
   void* ctx = init_ok(d, "full", 0xF011, 2, 1);
   uint64_t worst = 0;
   long pairs = 0;
@@ -72,11 +69,8 @@ static void scenario_socket_full(const struct drv* d) {
 
 /* A pool of 16 event slots: the 17th open event gets a NULL handle, counted. */
 static void scenario_pool_exhausted(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "pool");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "1000");
+  if (rx_start(&r, "pool", "1000") != 0) return;
   setenv("AEGIS_CCL_MAX_EVENTS", "16", 1);
   void* ctx = init_ok(d, "pool", 0x9001, 4, 2);
   unsetenv("AEGIS_CCL_MAX_EVENTS");
@@ -110,11 +104,8 @@ static void scenario_pool_exhausted(const struct drv* d) {
 
 /* Calls NCCL may legally make, and some it should not. None may crash or count wrongly. */
 static void scenario_robustness(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "robust");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "1000");
+  if (rx_start(&r, "robust", "1000") != 0) return;
   void* bad = (void*)0x1;
   CHECK(drv_init(d, &bad, NULL, "x", 1, 4, 4) != ncclSuccess && bad == NULL, "rank >= nranks");
   CHECK(drv_init(d, &bad, NULL, "x", 1, 0, 0) != ncclSuccess, "nranks 0 accepted");
@@ -180,11 +171,8 @@ static void scenario_robustness(const struct drv* d) {
 
 /* 200 communicators: one snapshot spans two datagrams, the first flagged MORE. */
 static void scenario_many_comms(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "many");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "20");
+  if (rx_start(&r, "many", "20") != 0) return;
   setenv("AEGIS_CCL_MAX_EVENTS", "16", 1);
   enum { N = 200 };
   static void* ctx[N];

@@ -17,6 +17,15 @@ void set_env(const char* sock, const char* interval_ms) {
   unsetenv("AEGIS_CCL_EVENT_MASK");
 }
 
+/* A receiving socket named after the scenario, and the plugin's environment pointed at it. */
+int rx_start(struct rx* r, const char* tag, const char* interval_ms) {
+  char path[108];
+  make_sock_path(path, sizeof(path), tag);
+  if (rx_open(r, path) != 0) return -1;
+  set_env(r->path, interval_ms);
+  return 0;
+}
+
 void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
 
 /* Forget datagrams encoded while the simulation was still running: those queued, and
@@ -42,11 +51,8 @@ void* init_ok(const struct drv* d, const char* name, uint64_t hash, int nranks, 
 
 /* Two ranks of one communicator in this process, three threads each. */
 static void scenario_normal(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "normal");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "10");
+  if (rx_start(&r, "normal", "10") != 0) return;
   setenv("LOCAL_RANK", "1", 1);
   setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7", 1);
   uint64_t hash = 0xA11CE5000000000ull + (uint64_t)d->version;
@@ -88,11 +94,8 @@ static void scenario_normal(const struct drv* d) {
 /* Rank 1 stops launching: CL(AllReduce, rank 1) < CL(AllReduce, rank 0), and snapshots
  * keep coming while everyone is stuck. */
 static void scenario_compute_hang(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "chang");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "10");
+  if (rx_start(&r, "chang", "10") != 0) return;
   uint64_t hash = 0xC0FFEE;
   static struct sim_rank s[2];
   for (int k = 0; k < 2; k++) {
@@ -137,11 +140,8 @@ static void scenario_compute_hang(const struct drv* d) {
 
 /* Everyone inside op 3; rank 0's sends to 5 and receives from 7 never complete. */
 static void scenario_network_hang(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "nhang");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "10");
+  if (rx_start(&r, "nhang", "10") != 0) return;
   uint64_t hash = 0xDEAD0BEEF;
   static struct sim_rank s;
   sim_setup(&s, d, init_ok(d, "nhang", hash, 8, 0), 0, 8, 3);
@@ -170,11 +170,8 @@ static void scenario_network_hang(const struct drv* d) {
  * no proxy steps), stopped once enqueued, with CeSync/CeBatch children. Each is a launch:
  * CL counts it; it has no WR/WC and no TD. A kernel collective beside it counts as usual. */
 static void scenario_copy_engine(const struct drv* d) {
-  char path[108];
-  make_sock_path(path, sizeof(path), "ce");
   struct rx r;
-  if (rx_open(&r, path) != 0) return;
-  set_env(path, "10");
+  if (rx_start(&r, "ce", "10") != 0) return;
   uint64_t hash = 0xCE0000000ull + (uint64_t)d->version;
   enum { N_CE = 25 };
   void* ctx[2];

@@ -56,6 +56,7 @@ void sim_check(const struct sim_rank* s, const struct acc_wire_entry* e, const c
 
 /* scenarios.c: helpers the scenarios share with safety.c */
 void set_env(const char* sock, const char* interval_ms);
+int rx_start(struct rx* r, const char* tag, const char* interval_ms);
 void sleep_ms(int ms);
 void rx_drain(struct rx* r);
 void* init_ok(const struct drv* d, const char* name, uint64_t hash, int nranks, int rank);

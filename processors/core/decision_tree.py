@@ -29,12 +29,22 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, link_id, make_diagnosis, nic_id
-from processors.core.log_classifier import LogEvent, classify
+from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
+from processors.core.tree_events import (
+    CONNECTION_RULES,
+    HOST_SIDE,
+    HOST_WIDE,
+    UPDATE_RULES,
+    DecisionTreeConfig,
+    TreeEvent,
+    is_evidence,
+    is_trigger,
+)
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -42,68 +52,6 @@ from schemas.records import Diagnosis, LogRecord
 
 DETECTOR = "decision_tree"
 STATE_VERSION = 1
-_HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink", "host_hw"))
-# config errors an update typically causes
-UPDATE_RULES = frozenset(("nccl_version_mismatch", "nvml_driver_mismatch"))
-_HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
-# distributed symptoms that are a connection's own failure (nccl_* / dist_* rules, suffix)
-_CONNECTION_RULES = frozenset(("connection_reset", "connection_closed", "ib_completion_error",
-                               "remote_error", "broken_pipe", "socket_io_failed", "connect_failed",
-                               "retry_exceeded"))
-
-
-@dataclass
-class DecisionTreeConfig:
-    settle_s: float = 5.0  # judge a burst this long (event time) after its first trigger
-    quiet_s: float = 60.0  # an incident ends after this long without a new symptom
-    # after a host-side finding, distributed symptoms (NCCL/PyTorch timeouts, resets) this
-    # long after it are its consequences, not new incidents: watchdogs fire 10-30 min late
-    absorb_s: float = 1800.0
-    lookback_s: float = 30.0  # degraded host events this old still join a new burst
-    max_lateness_s: float = 300.0  # older records are rejected as late
-    max_burst_events: int = 5000
-    evidence_lines: int = 5
-    root_min_share: float = 0.5  # RootDiag: the centre touches at least this share of edges
-    config_majority: float = 0.5  # ConfigCheck: share of the job's hosts for "systemic"
-    line_chars: int = 300
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"[tree] {f.name}={v!r}: not a finite number >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class _Ev:
-    ts: float
-    host: str
-    cat: str
-    sev: str
-    rule: str
-    xid: int | None
-    gpu: int | None
-    peer: str | None
-    peer_rank: int | None
-    rank: int | None
-    device: str | None
-    action: str
-    line: str
-
-    @property
-    def host_fatal(self) -> bool:
-        return self.cat in _HOST_SIDE and self.sev == "fatal"
-
-
-def _trigger(e: LogEvent) -> bool:
-    if e.severity != "fatal":
-        return False
-    return e.category in _HOST_SIDE or e.category in ("distributed_symptom", "config", "cuda_app_error")
-
-
-def _evidence(e: LogEvent) -> bool:
-    return e.severity == "degraded" and e.category in (*_HOST_SIDE, "distributed_symptom", "config")
-
 
 class DecisionTree:
     """One job's Phase 1 detector: ``observe(LogRecord)``, ``advance(now)``, ``snapshot()``."""
@@ -117,8 +65,8 @@ class DecisionTree:
         self.inventory = inventory
         self.policy = policy or default_policy()
         self.watermark = 0.0
-        self.burst: list[_Ev] = []
-        self.recent: list[_Ev] = []  # degraded host-side events, for lookback
+        self.burst: list[TreeEvent] = []
+        self.recent: list[TreeEvent] = []  # degraded host-side events, for lookback
         self.incident: dict[str, Any] | None = None  # {"until", "hosts", "attached"}
         self.seen_hosts: set[str] = set()
         self._job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
@@ -142,10 +90,10 @@ class DecisionTree:
             self.seen_hosts.add(record.host)
         inv = self.inventory.hosts.get(record.host) if self.inventory else None
         e = classify(record.line, record.source, inv, self.policy)
-        if _trigger(e) or _evidence(e):
-            self._ingest(_Ev(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu, e.peer,
-                             e.peer_rank, e.rank, e.device, e.action,
-                             record.line[: self.cfg.line_chars]), _trigger(e))
+        if is_trigger(e) or is_evidence(e):
+            self._ingest(TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu,
+                                   e.peer, e.peer_rank, e.rank, e.device, e.action,
+                                   record.line[: self.cfg.line_chars]), is_trigger(e))
         return out
 
     def advance(self, now: float) -> Outputs:
@@ -188,8 +136,8 @@ class DecisionTree:
                               f"not readable (reads {STATE_VERSION})")
         t = cls(job, config, inventory, policy)
         t.watermark = float(state["watermark"])
-        t.burst = [_Ev(*e) for e in state.get("burst", [])]
-        t.recent = [_Ev(*e) for e in state.get("recent", [])]
+        t.burst = [TreeEvent(*e) for e in state.get("burst", [])]
+        t.recent = [TreeEvent(*e) for e in state.get("recent", [])]
         inc = state.get("incident")
         t.incident = ({"until": float(inc["until"]), "hosts": list(inc["hosts"]),
                        "attached": int(inc["attached"]),
@@ -207,7 +155,7 @@ class DecisionTree:
         starts = [e.ts for e in self.burst if e.host_fatal or e.sev == "fatal"]
         return min(starts) if starts else None
 
-    def _ingest(self, ev: _Ev, trigger: bool) -> None:
+    def _ingest(self, ev: TreeEvent, trigger: bool) -> None:
         inc = self.incident
         if inc is not None and ev.ts <= inc["until"] and not (ev.host_fatal and ev.host not in inc["hosts"]):
             inc["until"] = max(inc["until"], ev.ts + self.cfg.quiet_s) if trigger else inc["until"]
@@ -227,7 +175,7 @@ class DecisionTree:
         self.recent = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s][-255:] + [ev]
 
     # ---- Algorithm 1 ----------------------------------------------------------------------
-    def _judge(self, events: Sequence[_Ev], detected_ts: float) -> Diagnosis:
+    def _judge(self, events: Sequence[TreeEvent], detected_ts: float) -> Diagnosis:
         path: list[str] = []
         crit = [e for e in events if e.host_fatal]
         if crit:
@@ -251,7 +199,7 @@ class DecisionTree:
             # them whichever one failed, so they go on to RootDiag (and Phase 2), not
             # isolate-both.
             between = any(e.peer is not None or e.peer_rank is not None
-                          or e.rule.split("_", 1)[-1] in _CONNECTION_RULES for e in dist)
+                          or e.rule.split("_", 1)[-1] in CONNECTION_RULES for e in dist)
             if len(involved) == 2 and named and between:
                 path.append(f"DistError:{len(involved)}hosts")
                 acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]
@@ -259,7 +207,7 @@ class DecisionTree:
                                   detected_ts, 0.7, hosts=named,
                                   summary=f"distributed errors between {' and '.join(named)}: isolate both")
             path.append(f"DistError:{len(involved)}hosts")
-            suspects = sorted({e.host for e in events if e.cat in _HOST_SIDE and e.sev == "degraded"})
+            suspects = sorted({e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
             centre = root_of(edges, suspects, self._job_hosts or frozenset(self.seen_hosts),
                              {e.host for e in dist}, self.cfg.root_min_share)
             if centre is not None:
@@ -291,7 +239,7 @@ class DecisionTree:
                           [["run_offline_diag", self.job]], detected_ts, 0.3,
                           summary="no pattern in the logs: test the job's hosts offline")
 
-    def _critical(self, events: Sequence[_Ev], crit: list[_Ev], path: list[str],
+    def _critical(self, events: Sequence[TreeEvent], crit: list[TreeEvent], path: list[str],
                   detected_ts: float) -> Diagnosis:
         acts: list[list[str]] = []
         hosts: list[str] = []
@@ -300,7 +248,7 @@ class DecisionTree:
             mine = [e for e in crit if e.host == host]
             # Aegis Alg. 1: PCIe and NVLink faults take the host (the PCIe switch pairs a GPU
             # with a NIC; NVLink joins every GPU of the host), as do NIC errors
-            if any(e.action == "isolate_host" or e.gpu is None or e.cat in _HOST_WIDE for e in mine):
+            if any(e.action == "isolate_host" or e.gpu is None or e.cat in HOST_WIDE for e in mine):
                 acts.append(["isolate_host", host])
                 hosts.append(host)
             else:
@@ -316,7 +264,7 @@ class DecisionTree:
                           summary=f"{what} on {', '.join(hosts + gpus)}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
 
-    def _config(self, events: Sequence[_Ev], config: list[_Ev], path: list[str],
+    def _config(self, events: Sequence[TreeEvent], config: list[TreeEvent], path: list[str],
                 detected_ts: float) -> Diagnosis:
         path.append("ConfigCheck:hit")
         cfg_hosts = sorted({e.host for e in config})
@@ -330,7 +278,7 @@ class DecisionTree:
                                   f"{'systemic' if systemic else 'those hosts'}; no isolation")
 
     # ---- connections ----------------------------------------------------------------------
-    def _touches(self, ev: _Ev, inc: dict[str, Any]) -> bool:
+    def _touches(self, ev: TreeEvent, inc: dict[str, Any]) -> bool:
         """A symptom that names no peer (a timeout), or whose reporter or peer is one of the
         incident's culprit hosts, belongs to that incident."""
         culprits = set(inc.get("culprits", inc["hosts"]))
@@ -340,7 +288,7 @@ class DecisionTree:
             return True
         return self._peer_host(ev)[0] in culprits
 
-    def _peer_host(self, e: _Ev) -> tuple[str | None, int | None]:
+    def _peer_host(self, e: TreeEvent) -> tuple[str | None, int | None]:
         if e.peer_rank is not None and e.peer_rank in self._ranks:
             return self._ranks[e.peer_rank]
         if not e.peer:
@@ -361,12 +309,12 @@ class DecisionTree:
                 return name, None
         return None, None
 
-    def _own_gpu(self, e: _Ev) -> int | None:
+    def _own_gpu(self, e: TreeEvent) -> int | None:
         if e.rank is not None and e.rank in self._ranks and self._ranks[e.rank][0] == e.host:
             return self._ranks[e.rank][1]
         return e.gpu
 
-    def _endpoints(self, dist: list[_Ev]) -> tuple[set[str], list[Edge]]:
+    def _endpoints(self, dist: list[TreeEvent]) -> tuple[set[str], list[Edge]]:
         involved = {e.host for e in dist}
         edges: list[Edge] = []
         unresolved: set[str] = set()
@@ -383,14 +331,14 @@ class DecisionTree:
         return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0]))
 
     @staticmethod
-    def _suspect_links(events: Sequence[_Ev], edges: Sequence[Edge]) -> list[str]:
+    def _suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge]) -> list[str]:
         links = {link_id(a[0], b[0]) for _, a, b in edges}
         links |= {nic_id(e.host, e.device) if e.device else e.host
                   for e in events if e.cat == "nic_or_link"}
         return sorted(links)
 
     # ---- output ---------------------------------------------------------------------------
-    def _make(self, kind: str, rule: str, events: Sequence[_Ev], key: Sequence[_Ev], path: list[str],
+    def _make(self, kind: str, rule: str, events: Sequence[TreeEvent], key: Sequence[TreeEvent], path: list[str],
               actions: list[list[str]], detected_ts: float, confidence: float, *,
               hosts: Sequence[str] = (), gpus: Sequence[str] = (), links: Sequence[str] = (),
               summary: str = "", **extra: Any) -> Diagnosis:

@@ -7,7 +7,8 @@ Categories (what the decision tree reasons about, Aegis Phase 1):
     nvlink              NVLink errors (XID 74, 144-150, NVRM nvlink messages)
     pcie                PCIe AER reports, link width/speed degradation
     nic_or_link         host NIC: mlx5 firmware health, module/cable, CQE errors, link state
-    host_hw             the host's CPU and memory: EDAC, machine checks, lockups, hung tasks
+    host_hw             the host itself: EDAC, machine checks, lockups, hung tasks, thermal,
+                        power, kernel panics, storage
     distributed_symptom NCCL/PyTorch errors between ranks: timeouts, resets, remote exits
     cuda_app_error      the application's own errors: CUDA OOM, illegal access, XID 13/31/43,
                         the host's OOM killer ending it

@@ -113,12 +113,11 @@ def nccl(line: str) -> Hit | None:
 def gpu_setup(line: str) -> Hit | None:
     """The host's GPU stack is not usable: the driver was updated under a loaded module
     (NVML version mismatch), is not loaded, or the fabric manager is not running (CUDA 802)."""
-    if "mismatch" in line and "Driver/library version mismatch" in line:
+    if "Driver/library version mismatch" in line:
         return Hit("config", "fatal", "nvml_driver_mismatch")
     if "couldn't communicate with the NVIDIA driver" in line:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
-    if ("802" in line or "_READY" in line or "NotReady" in line) and (
-            "system not yet initialized" in line or "cudaErrorSystemNotReady" in line
+    if ("system not yet initialized" in line or "cudaErrorSystemNotReady" in line
             or "CUDA_ERROR_SYSTEM_NOT_READY" in line):
         return Hit("config", "fatal", "cuda_system_not_ready")
     return None

@@ -1,0 +1,76 @@
+"""What the Phase 1 decision tree (:mod:`processors.core.decision_tree`) reasons about: its
+configuration, the classified log events it keeps, and which categories and rules count as
+host-side, host-wide, triggers, evidence and connection failures (Aegis Algorithm 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from processors.core.log_classifier import LogEvent
+from schemas.errors import ConfigError
+
+HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink", "host_hw"))
+# config errors an update typically causes
+UPDATE_RULES = frozenset(("nccl_version_mismatch", "nvml_driver_mismatch"))
+HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
+# distributed symptoms that are a connection's own failure (nccl_* / dist_* rules, suffix)
+CONNECTION_RULES = frozenset(("connection_reset", "connection_closed", "ib_completion_error",
+                               "remote_error", "broken_pipe", "socket_io_failed", "connect_failed",
+                               "retry_exceeded"))
+
+
+@dataclass
+class DecisionTreeConfig:
+    settle_s: float = 5.0  # judge a burst this long (event time) after its first trigger
+    quiet_s: float = 60.0  # an incident ends after this long without a new symptom
+    # after a host-side finding, distributed symptoms (NCCL/PyTorch timeouts, resets) this
+    # long after it are its consequences, not new incidents: watchdogs fire 10-30 min late
+    absorb_s: float = 1800.0
+    lookback_s: float = 30.0  # degraded host events this old still join a new burst
+    max_lateness_s: float = 300.0  # older records are rejected as late
+    max_burst_events: int = 5000
+    evidence_lines: int = 5
+    root_min_share: float = 0.5  # RootDiag: the centre touches at least this share of edges
+    config_majority: float = 0.5  # ConfigCheck: share of the job's hosts for "systemic"
+    line_chars: int = 300
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"[tree] {f.name}={v!r}: not a finite number >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEvent:
+    """One classified log line the tree keeps (a trigger or evidence), as a flat tuple."""
+
+    ts: float
+    host: str
+    cat: str
+    sev: str
+    rule: str
+    xid: int | None
+    gpu: int | None
+    peer: str | None
+    peer_rank: int | None
+    rank: int | None
+    device: str | None
+    action: str
+    line: str
+
+    @property
+    def host_fatal(self) -> bool:
+        return self.cat in HOST_SIDE and self.sev == "fatal"
+
+
+def is_trigger(e: LogEvent) -> bool:
+    if e.severity != "fatal":
+        return False
+    return e.category in HOST_SIDE or e.category in ("distributed_symptom", "config", "cuda_app_error")
+
+
+def is_evidence(e: LogEvent) -> bool:
+    return e.severity == "degraded" and e.category in (*HOST_SIDE, "distributed_symptom", "config")
