@@ -19,8 +19,8 @@ Rules (defaults in :class:`GuardConfig`; docs/sinks.md has the rationale):
 - The same diagnosis id twice gives nothing; the same action on the same target within
   ``repeat_window_s`` is refused as a repeat (three detectors reporting one fault must not
   restart the job thrice), except a restart_job whose diagnosis just isolated a new host.
-- One incident, several detectors: a diagnosis whose evidence began (``event_ts``) at or
-  before the time a command was issued describes the incident that command answered. The
+- One incident, several detectors: a diagnosis detected after a command was issued, whose
+  evidence began (``event_ts``) at or before it, describes the incident that command answered. The
   same action on the same target is then a repeat however late it comes (Z-score needs T =
   600 s to confirm what TD/N saw in seconds), and an isolation of a host that had itself or
   one of its GPUs isolated for the job is refused ``already_isolated`` (a hang seen after a
@@ -207,7 +207,7 @@ class Guard:
         since = float(d.event_ts)
         earlier: dict[str, tuple[float, str]] = {}
         for ts, job, h in self._isolations_near(t, self.config.window_s):
-            if job == d.job and ts >= since:
+            if job == d.job and since <= ts <= t:  # an isolation that came first, in event time
                 earlier.setdefault(h, (ts, h))
         return [(a, tgt, earlier[host_of(tgt)]) for a, tgt in isolations
                 if host_of(tgt) in earlier]
@@ -279,7 +279,7 @@ class Guard:
         key = (d.job, action, target)
         last = self._s.issued.get(key)
         if check_repeat and last is not None and (abs(last - t) < self.config.repeat_window_s
-                                                  or float(d.event_ts) <= last):
+                                                  or float(d.event_ts) <= last <= t):
             refuse(action, target, "repeat",
                    f"{action} {target} already issued at event time {last:.3f}"
                    + ("" if abs(last - t) < self.config.repeat_window_s else

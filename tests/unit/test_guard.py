@@ -293,3 +293,13 @@ def test_a_new_fault_after_the_isolation_is_acted_on() -> None:
     out = g.decide(diag(actions=iso("h5"), ts=2000.0, event_ts=1990.0))
     assert [(c.action, c.target) for c in out.commands] == [("isolate_host", "h5"),
                                                            ("restart_job", "j1")]
+
+
+def test_an_earlier_finding_processed_late_is_not_refused_as_answered() -> None:
+    """Topics consumed at different speeds: the host isolation detected at +30 s reaches the
+    guard before the GPU's XID diagnosis detected at +5 s. The earlier finding still acts."""
+    g = Guard()
+    assert g.decide(diag(kind="hang_compute", actions=iso("h5"), ts=130.0, event_ts=100.0)).commands
+    out = g.decide(diag(actions=[("isolate_gpu", "h5/gpu2"), ("restart_job", "j1")],
+                        ts=105.0, event_ts=100.0))
+    assert ("isolate_gpu", "h5/gpu2") in [(c.action, c.target) for c in out.commands]
