@@ -133,6 +133,9 @@ class Settings:
     checkpoint_every_s: float = 10.0
     policy: str | None = field(default_factory=lambda: os.environ.get("AEGIS_POLICY"))
     inventory: str | None = field(default_factory=lambda: os.environ.get("AEGIS_INVENTORY"))
+    # Faust's local folder (its version marker; tables live in Kafka changelogs, memory://):
+    # None = Faust's default, ``{app_id}-data`` in the current directory
+    data_dir: str | None = field(default_factory=lambda: os.environ.get("AEGIS_DATA_DIR"))
 
     def __repr__(self) -> str:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

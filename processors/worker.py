@@ -28,12 +28,15 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     p.add_argument("--inventory", default=s.inventory, help="inventory JSON: host IPs, GPU bus ids, jobs")
     p.add_argument("--checkpoint-every", type=float, default=s.checkpoint_every_s,
                    help="seconds of event time between detector-state checkpoints")
+    p.add_argument("--data-dir", default=s.data_dir,
+                   help="Faust's local folder, {conf.name} = the app id "
+                        "(env AEGIS_DATA_DIR; default: ./{app-id}-data)")
     p.add_argument("--no-redis", action="store_true", help="do not send commands to Redis (topic only)")
     p.add_argument("--loglevel", default="warning")
     a = p.parse_args(argv)
     s.brokers, s.redis_url, s.cluster, s.app_id = a.brokers, a.redis, a.cluster, a.app_id
     s.partitions, s.metrics_port, s.policy, s.inventory = a.partitions, a.metrics_port, a.policy, a.inventory
-    s.checkpoint_every_s = a.checkpoint_every
+    s.checkpoint_every_s, s.data_dir = a.checkpoint_every, a.data_dir
     if a.topic_prefix:
         s = s.with_topic_prefix(a.topic_prefix)
     return a, s

@@ -24,6 +24,20 @@ from localservices import KafkaBroker, RedisServer, free_port  # noqa: E402
 _TIMINGS: dict[str, float] = {}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def faust_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Faust apps started by tests (workers, test apps) keep their local folder here,
+    not in the repository root (Settings.data_dir; ``{conf.name}`` is the app id)."""
+    base = tmp_path_factory.mktemp("faust")
+    old = os.environ.get("AEGIS_DATA_DIR")
+    os.environ["AEGIS_DATA_DIR"] = str(base / "{conf.name}-data")
+    yield base
+    if old is None:
+        os.environ.pop("AEGIS_DATA_DIR", None)
+    else:
+        os.environ["AEGIS_DATA_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def service_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("services")

@@ -10,6 +10,7 @@ Run: python -m tests.integration.apps.counter_app BROKER IN_TOPIC OUT_TOPIC APP_
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -26,7 +27,8 @@ def build(broker: str, in_topic: str, out_topic: str, app_id: str) -> faust.App:
     app = faust.App(app_id, broker=broker_urls(broker), store="memory://", key_serializer="raw",
                     value_serializer="raw", topic_partitions=2, topic_replication_factor=1,
                     web_enabled=False, consumer_auto_offset_reset="earliest",
-                    broker_commit_interval=0.5)
+                    broker_commit_interval=0.5,
+                    datadir=os.environ.get("AEGIS_DATA_DIR") or "{conf.name}-data")
     src = app.topic(in_topic, key_type=bytes, value_type=bytes, partitions=2)
     out = app.topic(out_topic, key_type=bytes, value_type=bytes, partitions=2)
     pending = PendingWrites()
