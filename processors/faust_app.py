@@ -54,7 +54,7 @@ def build_app(settings: Settings, config: PipelineConfig | None = None,
         # a 10,000-GPU job is 1,250 msgs/s in one partition: the 1 MiB default fetch caps
         # a partition near that rate (bench/zscore.py)
         consumer_max_fetch_size=16 * 1024**2,
-        **({"datadir": settings.data_dir} if settings.data_dir else {}),
+        datadir=settings.data_dir or "{conf.name}-data",  # Faust's own default
     )
     names = {"logs": settings.topic_logs, "telemetry": settings.topic_telemetry,
              "ccl": settings.topic_ccl}

@@ -76,6 +76,8 @@ def nvrm(line: str) -> Hit | None:
             return Hit("critical_gpu", "fatal", "gpu_lost", pci=bus)
         # "Unknown Error": a GPU that fell off, or a container that lost its device nodes
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable", pci=bus)
+    if "GPU is lost" in line:  # NVML's verdict as other clients print it (kubelet, plugins)
+        return Hit("critical_gpu", "fatal", "gpu_lost")
     if "SXid" in line:  # NVSwitch errors; the line says Fatal / Non-fatal itself
         m = _SXID.search(line, 0, SCAN_CHARS)
         if m:
@@ -83,7 +85,8 @@ def nvrm(line: str) -> Hit | None:
             return Hit("nvlink", sev, f"sxid_{m.group(2)}", pci=m.group(1))
     if "NVRM" not in line:
         return None
-    if "RmInitAdapter failed" in line or "rm_init_adapter failed" in line:  # as XID 143
+    if ("RmInitAdapter failed" in line or "rm_init_adapter failed" in line  # as XID 143
+            or "bailing out of RmInitAdapter" in line or "Cannot attach gpu" in line):
         m = _GPU_BUS.search(line)
         return Hit("critical_gpu", "fatal", "nvrm_init_failed", pci=m.group(1) if m else None)
     if "GSP" in line and ("imeout" in line or "timedout" in line or "needs to be reset" in line) \
@@ -171,6 +174,9 @@ def pcie(line: str) -> Hit | None:
             return Hit("pcie", "fatal", "pcie_slot_down", pci=_first_bus(line))
         if "Link Up" in line or "Card present" in line:
             return Hit("pcie", "info", "pcie_slot_up", pci=_first_bus(line))
+    if "IO_PAGE_FAULT" in line or ("DMAR" in line and "fault addr" in line):
+        # a device's DMA refused by the IOMMU (AMD-Vi, Intel VT-d)
+        return Hit("pcie", "degraded", "iommu_dma_fault", pci=_first_bus(line))
     if "AER" not in line and "pcieport" not in line and not ("PCIe" in line and "Bus Error" in line):
         return None
     if "can't recover" in line or "recovery failed" in line or "Recovery failed" in line:
@@ -239,7 +245,9 @@ def nic(line: str) -> Hit | None:
         if "failed" in line and ("load_one" in line or "probe of" in line):  # Aegis: NIC driver error
             return Hit("nic_or_link", "fatal", "nic_driver_error", pci=_first_bus(line))
         if ("health compromised" in line or "internal error" in line or "recovery flow aborted"
-                in line or "FW fatal" in line or "fw_fatal" in line):
+                in line or "FW fatal" in line or "fw_fatal" in line
+                or "unrecoverable hardware error" in line  # print_health_info's "synd 0x…"
+                or "Will cause a leak of a command resource" in line):  # FW stopped answering
             return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=_first_bus(line), device=_nic_dev(line))
         if "Port module event" in line:
             # an unplugged cable: its link-down line follows (an unused port logs it at boot)
@@ -267,7 +275,11 @@ def nic(line: str) -> Hit | None:
 
 # ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
 _PROBE_DEV = re.compile(r"dev (?:fd|sr|loop)\d")
-_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (")  # with "rror"
+_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (",  # with "rror"
+            "EXT4-fs warning", "I/O error to superblock", "I/O Error (sct", "LustreError",
+            "Write error at byte offset", "failed due to network error")
+_STORAGE_STALL = ("QID", "controller is down", "Aborting journal", "Timed out tx for",
+                  "was lost; in progress")  # NVMe timeouts, jbd2, LNet / Lustre client
 _MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
 
@@ -310,8 +322,11 @@ def host(line: str) -> Hit | None:
         return Hit("host_hw", "fatal", "host_kernel_panic")
     if "not responding, still trying" in line:  # NFS
         return Hit("host_hw", "degraded", "host_storage_error")
-    if ("emory" in line or "oom-kill" in line) and (
-            "Out of memory: Kill" in line or "oom-kill" in line
+    if ("nvme" in line or "ourna" in line or "LNet" in line or "Lustre" in line) and (
+            "timeout, aborting" in line or any(k in line for k in _STORAGE_STALL)):
+        return Hit("host_hw", "degraded", "host_storage_error")
+    if ("emory" in line or "oom" in line) and (
+            "Out of memory: Kill" in line or "oom-kill" in line or "oom_kill event" in line
             or "Memory cgroup out of memory" in line or ": Out Of Memory" in line):
         return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
     return None

@@ -38,11 +38,19 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
     (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
      "nccl_ib_device_unavailable"),
     (("No device found",), "info", "nccl_ib_no_device"),
+    # the host's limits, not the network: /dev/shm full or too small, memlock too low
+    (("shared memory segment", "/dev/shm", "posix_fallocate"), "fatal", "nccl_shm_unavailable"),
+    (("ibv_reg_mr",), "fatal", "nccl_ib_memory_registration"),
+    (("no algorithm/protocol available", "Unable to load NCCL library"), "fatal",
+     "nccl_setup_failed"),
 )
+_NCCL_BENIGN = ("falling back to simple order",)  # topology search fallback: harmless
+_IB_PORT = re.compile(r"\b([A-Za-z][\w-]{0,15}?\d)(?::\d+)? Got async event")  # mlx5_0:1, bnxt_re0
 _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
     (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
      "nccl_cuda_error"),
-    (("Got completion", "completion error"), "distributed_symptom", "fatal", "nccl_ib_completion_error"),
+    (("Got completion", "completion error", "completed with error"), "distributed_symptom", "fatal",
+     "nccl_ib_completion_error"),  # IB verbs, and aws-ofi-nccl (EFA) "NET/OFI Request …"
     (("Connection reset by peer",), "distributed_symptom", "fatal", "nccl_connection_reset"),
     (("closed by remote peer", "closed by peer"), "distributed_symptom", "fatal",
      "nccl_connection_closed"),
@@ -75,7 +83,8 @@ _SOCKET_ONLY = frozenset(("nccl_connection_reset", "nccl_connection_closed", "nc
 def nccl(line: str) -> Hit | None:
     """NCCL WARN lines, the NCCL errors PyTorch raises, NCCL's socket layer, and the same
     failures from Gloo and the c10d store."""
-    is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "Message truncated" in line)
+    is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "NET/OFI" in line
+               or "Message truncated" in line)
     torch_dist = False
     if not is_nccl:
         if not ("ocket" in line or "tore" in line or "istributed" in line or "Dist" in line
@@ -94,6 +103,14 @@ def nccl(line: str) -> Hit | None:
                 return Hit("config", sev, rule)
     if "NCCL_" in line and ("nvalid" in line or "nknown" in line) and "TORCH_NCCL" not in line:
         return Hit("config", "degraded", "nccl_env_invalid")
+    if "async event" in line:  # the HCA reported an asynchronous error (IBV_EVENT_*)
+        m = _IB_PORT.search(line)
+        dev = m.group(1) if m else None
+        if "catastrophic" in line or "device fatal" in line or "DEVICE_FATAL" in line:
+            return Hit("nic_or_link", "fatal", "nccl_ib_device_fatal", device=dev)
+        return Hit("distributed_symptom", "degraded", "nccl_ib_async_event", device=dev)
+    if any(k in line for k in _NCCL_BENIGN):
+        return Hit("other", "info", "nccl_benign_warn")
     for keys, cat, sev, rule in _DIST_RULES:
         for k in keys:
             if k in line:
@@ -117,6 +134,11 @@ def gpu_setup(line: str) -> Hit | None:
         return Hit("config", "fatal", "nvml_driver_mismatch")
     if "couldn't communicate with the NVIDIA driver" in line:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
+    if ("abric" in line or "NVML" in line or "persistenced" in line) and (
+            "nv-fabricmanager" in line and "failed! Exit" in line or "has an invalid value" in line
+            or "could not load NVML" in line or "persistenced failed" in line):
+        # the fabric manager, NVML or the persistence daemon did not start: no usable GPUs
+        return Hit("config", "degraded", "gpu_daemon_failed")
     if ("system not yet initialized" in line or "cudaErrorSystemNotReady" in line
             or "CUDA_ERROR_SYSTEM_NOT_READY" in line):
         return Hit("config", "fatal", "cuda_system_not_ready")
@@ -125,8 +147,10 @@ def gpu_setup(line: str) -> Hit | None:
 
 # ---- CUDA runtime errors seen by the application ------------------------------------------
 def cuda(line: str) -> Hit | None:
-    if "CU" not in line and "cuda" not in line:  # CUDA, CUBLAS, CUDNN
+    if "CU" not in line and "cuda" not in line and "Cuda" not in line:  # CUDA, CUBLAS, CUDNN
         return None
+    if "NVLink" in line and "ncorrectable" in line or "NvlinkUncorrectable" in line:
+        return Hit("nvlink", "fatal", "cuda_nvlink_uncorrectable")  # hardware, not the app
     if "TORCH_USE_CUDA_DSA" in line:  # PyTorch's advice printed after every CUDA error
         return Hit("other", "info", "cuda_advice")
     if "uncorrectable ECC error" in line:
@@ -144,6 +168,7 @@ def cuda(line: str) -> Hit | None:
     if "UserWarning" in line:  # e.g. cuDNN "Plan failed ... NOT_SUPPORTED": another plan runs
         return Hit("other", "info", "cuda_warning")
     if ("CUDA error" in line or "CUDA_ERROR_" in line or "cudaError" in line
+            or "Cuda failure '" in line  # NCCL's "Last error" line, without its NCCL prefix
             or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
             or "CUDNN_STATUS_" in line and "SUCCESS" not in line):
         return Hit("cuda_app_error", "fatal", "cuda_error")

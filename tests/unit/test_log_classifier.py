@@ -111,6 +111,19 @@ def test_nvlink5_line_says_its_own_severity() -> None:
      ("critical_gpu", "degraded", "gpu_handle_unavailable", None, "0000:65:00.0")),
     ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system "
      "to recover this GPU", ("critical_gpu", "fatal", "gpu_lost", None, "0000:02:00.0")),
+    # audit 4: NCCL's IB async events name the port; EFA; IOMMU faults; mlx5 firmware
+    ("node201:127799:127863 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async "
+     "event : local access violation work queue error",
+     ("distributed_symptom", "degraded", "nccl_ib_async_event", "mlx5_0", None)),
+    ("x:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local "
+     "catastrophic error", ("nic_or_link", "fatal", "nccl_ib_device_fatal", None, None)),
+    ("[rank3]: NET/OFI Request 0x7f14cc5b60c0 completed with error. RC: 113. Error: 2 "
+     "(UNDELIVERABLE). Completed length: 0",
+     ("distributed_symptom", "fatal", "nccl_ib_completion_error", None, None)),
+    ("[   40.182570] ath10k_pci 0000:01:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000d "
+     "address=0xcff49550 flags=0x0070]", ("pcie", "degraded", "iommu_dma_fault", None, "0000:01:00.0")),
+    ("kernel: [   17.982217] mlx5_core 0000:41:00.0: print_health_info:458:(pid 0): synd 0x8: "
+     "unrecoverable hardware error", ("nic_or_link", "fatal", "nic_fw_fatal", None, "0000:41:00.0")),
 ])
 def test_audited_formats_fields(line: str, want: tuple) -> None:
     e = classify(line)
