@@ -39,7 +39,8 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
      "nccl_ib_device_unavailable"),
     (("No device found",), "info", "nccl_ib_no_device"),
     # the host's limits, not the network: /dev/shm full or too small, memlock too low
-    (("shared memory segment", "/dev/shm", "posix_fallocate"), "fatal", "nccl_shm_unavailable"),
+    (("shared memory segment", "failed to extend /dev/shm", "posix_fallocate"), "fatal",
+     "nccl_shm_unavailable"),
     (("ibv_reg_mr",), "fatal", "nccl_ib_memory_registration"),
     (("no algorithm/protocol available", "Unable to load NCCL library"), "fatal",
      "nccl_setup_failed"),
