@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 
 from processors.core.base import Outputs, Rejection
+from processors.core.job_clock import JobClock
 from processors.settings import PipelineConfig
 from schemas.codec import decode
 from schemas.errors import WireError
@@ -92,6 +93,7 @@ class InputProcessor:
         self._types_cache: list[tuple[str, Any]] | None = None
         self._jobs: dict[str, dict[str, Any]] = {}
         self._watermark: dict[str, float] = {}
+        self._clocks: dict[str, JobClock] = {}
         self._load_state = load_state
         self._only = only
         self.counts = {"in": 0, "dead_letter": 0, "diagnoses": 0, "rejections": 0}
@@ -141,6 +143,13 @@ class InputProcessor:
 
     def observe(self, job: str, rec: Any) -> Outputs:
         dets = self.detectors(job)
+        clock = self._clocks.get(job)
+        if clock is None:
+            clock = self._clocks[job] = JobClock(self.config.section("input").max_future_s)
+        skew = clock.check(rec.host, rec.ts, self._watermark.get(job))
+        if skew:  # a lone host far ahead must not move the job's clock (and blind the rest)
+            return Outputs(rejections=[Rejection(self.kind, job, rec.host, "clock_skew", skew,
+                                                 rec.ts)])
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now
         out = Outputs()
@@ -155,11 +164,16 @@ class InputProcessor:
         dets = self._jobs.get(job, {})
         state = {"v": 1, "kind": self.kind, "watermark": self._watermark.get(job, 0.0),
                  "detectors": {n: d.snapshot() for n, d in dets.items()}}
+        if job in self._clocks:
+            state["clock"] = self._clocks[job].snapshot()
         return msgpack.packb(state, use_bin_type=True)
 
     def restore(self, job: str, data: bytes) -> dict[str, Any]:
         state = msgpack.unpackb(data, raw=False, strict_map_key=False)
         self._watermark[job] = float(state.get("watermark", 0.0))
+        if isinstance(state.get("clock"), dict):
+            self._clocks[job] = JobClock.restore(state["clock"],
+                                                 self.config.section("input").max_future_s)
         saved = state.get("detectors", {})
         dets: dict[str, Any] = {}
         for name, cls in self._types:
@@ -182,3 +196,4 @@ class InputProcessor:
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
         self._watermark.pop(job, None)
+        self._clocks.pop(job, None)

@@ -20,6 +20,7 @@ from schemas.topics import CCL, COMMANDS, DEADLETTER, DIAGNOSES, LOGS, TELEMETRY
 
 # policy-file table -> (module, config class); every field of the class can be set
 _SECTIONS = {
+    "input": ("processors.core.job_clock", "InputConfig"),
     "tree": ("processors.core.decision_tree", "DecisionTreeConfig"),
     "zscore": ("processors.core.zscore", "ZScoreConfig"),
     "alignment": ("processors.core.alignment", "AlignmentConfig"),

@@ -1,0 +1,71 @@
+"""The job clock's guard against one host with a skewed clock (processors.core.job_clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.core.job_clock import InputConfig, JobClock
+from processors.pipeline import InputProcessor
+from schemas.codec import encode
+from schemas.errors import ConfigError
+from schemas.records import LogRecord
+
+T0 = 1_767_225_600.0
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus."
+
+
+def test_a_lone_host_far_ahead_is_refused_until_another_agrees() -> None:
+    c = JobClock(300.0)
+    assert c.check("a", T0, None) == ""
+    assert c.check("b", T0 + 1, T0) == ""
+    assert "ahead of the job clock" in c.check("a", T0 + 3.2e7, T0 + 1)
+    assert c.check("b", T0 + 2, T0 + 1) == ""  # the honest host goes on
+    assert c.check("b", T0 + 1000, T0 + 2) == ""  # a second host agrees: the clock moves
+    assert c.ahead == {}
+
+
+def test_a_host_back_in_step_is_forgotten_and_one_host_jobs_follow_their_host() -> None:
+    c = JobClock(300.0)
+    c.check("a", T0, None)
+    c.check("b", T0, T0)
+    assert c.check("a", T0 + 900, T0)
+    assert c.check("a", T0 + 3, T0) == "" and c.ahead == {}
+    solo = JobClock(300.0)
+    solo.check("a", T0, None)
+    assert solo.check("a", T0 + 900, T0) == ""
+
+
+def test_state_round_trips() -> None:
+    c = JobClock(300.0)
+    c.check("a", T0, None)
+    c.check("b", T0, T0)
+    c.check("a", T0 + 900, T0)
+    r = JobClock.restore(c.snapshot(), 300.0)
+    assert (r.hosts, r.ahead) == (c.hosts, c.ahead)
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ConfigError):
+        InputConfig(max_future_s=0)
+
+
+def test_a_skewed_record_does_not_blind_the_decision_tree() -> None:
+    """One log line a year ahead used to move the job clock, so the XID after it was late."""
+    proc = InputProcessor("logs")
+    rejected = []
+    for i in range(30):
+        for h in ("h1", "h2", "h3"):
+            proc.handle(encode(LogRecord(h, T0 + i, "agent", "heartbeat", job="j")))
+    res = proc.handle(encode(LogRecord("h2", T0 + 3.2e7, "agent", "heartbeat", job="j")))
+    rejected += [r.reason for r in res.rejections]
+    diags = []
+    for i in range(30, 60):
+        for h in ("h1", "h2", "h3"):
+            line = XID79 if (h == "h1" and i == 31) else "heartbeat"
+            res = proc.handle(encode(LogRecord(h, T0 + i, "kernel", line, job="j")))
+            diags += res.diagnoses
+            rejected += [r.reason for r in res.rejections]
+    diags += proc.flush("j")
+    assert rejected == ["clock_skew"]
+    assert [d.kind for d in diags] == ["critical_error"]
+    assert InputProcessor("logs").restore("j", proc.snapshot("j"))  # the clock is in the state
