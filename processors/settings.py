@@ -71,7 +71,7 @@ class PipelineConfig:
 
     @classmethod
     def from_toml(cls, path: str | None) -> PipelineConfig:
-        """Load a policy file: tables [tree] [zscore] [alignment] [tdn] [guard], and
+        """Load a policy file: tables [input] [tree] [zscore] [alignment] [tdn] [guard], and
         ``xid_policy = "file.toml"`` at the top level. Unknown keys are errors."""
         if not path:
             return cls()

@@ -200,7 +200,11 @@ class DecisionTree:
             # isolate-both.
             between = any(e.peer is not None or e.peer_rank is not None
                           or e.rule.split("_", 1)[-1] in CONNECTION_RULES for e in dist)
-            if len(involved) == 2 and named and between:
+            if len(named) == 1 and len(involved) == 2 and len(self._job_hosts) == 2:
+                named = sorted(self._job_hosts)  # the unresolved end of a 2-host job's link
+            # both ends must be hosts we can name: a peer outside the job (a storage server,
+            # an address no inventory lists) does not make the one reporter a culprit
+            if len(involved) == 2 and len(named) == 2 and between:
                 path.append(f"DistError:{len(involved)}hosts")
                 acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]
                 return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
@@ -227,7 +231,7 @@ class DecisionTree:
         if config:
             return self._config(events, config, path, detected_ts)
         path.append("ConfigCheck:miss")
-        links = self._suspect_links(events, edges)
+        links = self._suspect_links(events, edges, dist)
         if links:
             path.append("NetDiag:hit")
             return self._make("hang_network", "net_diag", events, dist or events, path,
@@ -330,9 +334,13 @@ class DecisionTree:
             involved |= unresolved
         return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0]))
 
-    @staticmethod
-    def _suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge]) -> list[str]:
+    def _suspect_links(self, events: Sequence[TreeEvent], edges: Sequence[Edge],
+                       dist: Sequence[TreeEvent] = ()) -> list[str]:
+        """Links of resolved connection errors, NICs that logged faults, and a reporter's
+        link to a peer address outside the job (a connection to a host we cannot name)."""
         links = {link_id(a[0], b[0]) for _, a, b in edges}
+        links |= {link_id(e.host, e.peer.rsplit(":", 1)[0]) for e in dist
+                  if e.peer and self._peer_host(e)[0] is None}
         links |= {nic_id(e.host, e.device) if e.device else e.host
                   for e in events if e.cat == "nic_or_link"}
         return sorted(links)

@@ -330,3 +330,21 @@ def test_two_host_connection_failure_without_addresses_isolates_both() -> None:
     recs = [rec(50.0, "h00", bare), rec(50.4, "h01", bare)]
     (d,) = run(tree, recs, until=100.0)
     assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
+
+
+def test_a_peer_outside_the_job_makes_nobody_a_culprit() -> None:
+    """One host's connection error to an address no inventory lists (a storage server, a
+    stray endpoint): not "errors between 2 hosts", so no isolation; NetDiag checks that link."""
+    tree = DecisionTree(JOB, inventory=inventory(5))
+    (d,) = run(tree, [rec(60.0, "h01", ib_completion("10.200.1.1"))], until=120.0)
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+    assert d.kind == "hang_network"
+    assert d.evidence["actions"] == [["run_netdiag", "10.200.1.1<->h01"]]
+
+
+def test_a_two_host_job_names_its_other_host_for_an_unresolved_peer() -> None:
+    """In a 2-host job the other end of a failed connection is the other host, even when the
+    address the line names is not in the inventory (a NAT, an alias)."""
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    (d,) = run(tree, [rec(60.0, "h01", reset("10.99.0.7"))], until=120.0)
+    assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
