@@ -207,8 +207,11 @@ class TDNDetector:
         alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
         for rule, values in (("td_short", td), ("n_high", n)):
             vals = {r: v for r, v in values.items() if v > 0}
-            if len(vals) < cfg.min_ranks:
+            if len(vals) < 2:
                 continue
+            # a communicator below min_ranks (tp=2) never names a culprit itself, but its
+            # streaks say who waits on whom there: the victim test of the other ones
+            small = len(vals) < cfg.min_ranks
             mean = sum(vals.values()) / len(vals)
             streaks = st.streaks[rule]
             short = rule == "td_short"
@@ -228,7 +231,7 @@ class TDNDetector:
                     s.count, s.clean = 0, s.clean + 1
                     if s.fired and s.clean >= persist:
                         self._unfire(f"{comm}|{op}|{rule}|{r}", s)
-            if not hot:
+            if not hot or small:
                 continue
             for r in ranks:
                 s = streaks[r]

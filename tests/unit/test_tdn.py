@@ -172,3 +172,27 @@ def test_unaligned_sampled_launches_compare_by_bucket(bucket: int, found: bool) 
         out.extend(det.advance(job.t))
     links = [d.culprits.links for d in out.diagnoses]
     assert links == ([("h0005/nic3<->tor",)] if found else [])
+
+
+def test_tp2_partner_of_a_slow_gpu_is_a_victim() -> None:
+    """tp=2 pairs are below min_ranks, yet in its pair the slow GPU's partner visibly waits
+    on it: only the slow GPU is named, not its partner (which is late to its own DP ring)."""
+    hosts, slow = 6, ("h2", 1)
+    det, out = TDNDetector(JOB), Outputs()
+    for it in range(1, 80):
+        t = 1000.0 + it
+        for h in range(hosts):
+            host = f"h{h}"
+            ranks = []
+            for g in range(2):
+                is_slow = (host, g) == slow
+                late = host == slow[0] and it > 10  # both GPUs of that host reach DP late
+                tp_td = 100.0 if (is_slow or host != slow[0] or it <= 10) else 300.0
+                dp_td = 500.0 if not late else 350.0
+                ranks.append(RankSnapshot(f"tp{h:014d}", 2, g, g, (
+                    OpCounters("AllReduce", it, 0, 0, it, tp_td if it > 10 else 100.0, 0.0),)))
+                ranks.append(RankSnapshot(f"dp{g:014d}", hosts, h, g, (
+                    OpCounters("AllGather", it, it, it, it, dp_td, 5.0),)))
+            out.extend(det.observe(CCLRecord(host, t, tuple(ranks), job=JOB)))
+        out.extend(det.advance(t))
+    assert [(d.kind, d.culprits.gpus) for d in out.diagnoses] == [("slow_compute", ("h2/gpu1",))]
