@@ -319,6 +319,7 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
                 path=path, items=run.outputs[what], config=configs[what], job=a.job,
                 t_from=t_from, t_to=t_to, truth=truth, diff=diff,
                 title=f"aegis replay {os.path.basename(path)}", header=header.get("meta", {}),
+                inventory=inventory,
                 span=(run.first_ts, run.last_ts) if run.first_ts is not None
                 and run.last_ts is not None else None))
         except (AegisError, OSError, ValueError) as e:

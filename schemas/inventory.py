@@ -36,14 +36,52 @@ class HostInventory:
     gpu_bus_ids: tuple[str, ...] = ()  # index i = GPU i, normalised
     nics: tuple[str, ...] = ()  # index i = NIC i (rail i), e.g. mlx5_0
     tor: tuple[str, ...] = ()  # index i = ToR switch that NIC i connects to
-    rail_ips: tuple[str, ...] = ()  # index i = data-plane (RoCE) address of NIC i / GPU i
+    rail_ips: tuple[str, ...] = ()  # index i = data-plane (RoCE) address of NIC i
+    gpu_nics: tuple[int, ...] = ()  # index i = index in ``nics`` of the NIC GPU i uses
+
+    def __post_init__(self) -> None:
+        for g, n in enumerate(self.gpu_nics):
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < len(self.nics):
+                raise ValidationError("HostInventory", f"{self.host}.gpu_nics[{g}]", n,
+                                      f"not an index into the host's {len(self.nics)} nics")
+        if self.gpu_nics and self.gpu_bus_ids and len(self.gpu_nics) != len(self.gpu_bus_ids):
+            raise ValidationError("HostInventory", f"{self.host}.gpu_nics", list(self.gpu_nics),
+                                  f"{len(self.gpu_nics)} entries for "
+                                  f"{len(self.gpu_bus_ids)} GPUs")
+
+    def nic_for_gpu(self, gpu: int) -> int | None:
+        """Index (in ``nics``) of the NIC GPU ``gpu`` uses: ``gpu_nics`` when given; else GPU
+        i → NIC i when no NICs are listed or as many NICs as GPUs (rail-optimised); else, when
+        the GPU count is a multiple of the NIC count, contiguous blocks (8 GPUs / 4 NICs:
+        GPUs 0, 1 → NIC 0; one bonded NIC serves every GPU); else None (unknown)."""
+        n_gpus, n_nics = len(self.gpu_bus_ids), len(self.nics)
+        if gpu < 0:
+            return None
+        if self.gpu_nics:
+            return self.gpu_nics[gpu] if gpu < len(self.gpu_nics) else None
+        if n_nics == 0:
+            return gpu
+        if n_gpus == 0 or n_gpus == n_nics:
+            return gpu if gpu < n_nics else None
+        if n_gpus % n_nics == 0 and gpu < n_gpus:
+            return gpu // (n_gpus // n_nics)
+        return None
+
+    def gpus_for_nic(self, nic: int) -> tuple[int, ...]:
+        """The GPUs that use NIC ``nic`` (index in ``nics``), by :meth:`nic_for_gpu`."""
+        n = len(self.gpu_nics) or len(self.gpu_bus_ids)
+        if n == 0:
+            return (nic,) if nic >= 0 and (not self.nics or nic < len(self.nics)) else ()
+        return tuple(g for g in range(n) if self.nic_for_gpu(g) == nic)
 
     def gpu_for_ip(self, ip: str) -> int | None:
-        """GPU i when ``ip`` is NIC i's data-plane address (rail-optimised: NIC i and GPU i
-        share a PCIe switch); else, when ``ips`` lists exactly one address per GPU, its
-        index; else None (a management address names only the host)."""
+        """The GPU behind ``ip`` when ``ip`` is NIC j's data-plane address and exactly one GPU
+        uses NIC j (rail-optimised: NIC i and GPU i share a PCIe switch); else, when ``ips``
+        lists exactly one address per GPU, its index; else None (a management address, or a
+        NIC shared by several GPUs, names only the host)."""
         if ip in self.rail_ips:
-            return self.rail_ips.index(ip)
+            gpus = self.gpus_for_nic(self.rail_ips.index(ip))
+            return gpus[0] if len(gpus) == 1 else None
         if len(self.ips) > 1 and len(self.ips) == len(self.gpu_bus_ids) and ip in self.ips:
             return self.ips.index(ip)
         return None
@@ -87,7 +125,8 @@ class Inventory:
         return {
             "hosts": [{"host": h.host, "ips": list(h.ips), "gpu_bus_ids": list(h.gpu_bus_ids),
                        "nics": list(h.nics), "tor": list(h.tor),
-                       **({"rail_ips": list(h.rail_ips)} if h.rail_ips else {})}
+                       **({"rail_ips": list(h.rail_ips)} if h.rail_ips else {}),
+                       **({"gpu_nics": list(h.gpu_nics)} if h.gpu_nics else {})}
                       for h in self.hosts.values()],
             "jobs": {j: list(hs) for j, hs in self.jobs.items()},
             "ranks": {j: {str(r): [h, g] for r, (h, g) in m.items()} for j, m in self.ranks.items()},
@@ -100,9 +139,13 @@ class Inventory:
             if not isinstance(h, Mapping) or not isinstance(h.get("host"), str):
                 raise ValidationError("Inventory", "hosts", h, "host entry without a name")
             buses = tuple(normalise_bus_id(b) or b for b in h.get("gpu_bus_ids", []))
+            gpu_nics = h.get("gpu_nics", [])
+            if not isinstance(gpu_nics, list):
+                raise ValidationError("Inventory", f"{h['host']}.gpu_nics", gpu_nics,
+                                      "not a list of NIC indices")
             inv.add_host(HostInventory(h["host"], tuple(h.get("ips", [])), buses,
                                        tuple(h.get("nics", [])), tuple(h.get("tor", [])),
-                                       tuple(h.get("rail_ips", []))))
+                                       tuple(h.get("rail_ips", [])), tuple(gpu_nics)))
         inv.jobs = {j: tuple(hs) for j, hs in d.get("jobs", {}).items()}
         inv.ranks = {j: {int(r): (str(v[0]), int(v[1])) for r, v in m.items()}
                      for j, m in d.get("ranks", {}).items()}

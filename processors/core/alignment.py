@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, nic_id
+from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.ccl_state import CommRoster, links_for, localise, tor_lookup
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -293,7 +293,8 @@ class AlignmentDetector:
         links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, self.cfg.max_links)
         if not links:
             return
-        outstanding = [{"rank": r, "nic": nic_id(mem[r].host, mem[r].gpu), "wr": cnt[r].wr,
+        nic_of = self.tor_of.nic  # the NIC each rank's GPU uses (HostInventory.nic_for_gpu)
+        outstanding = [{"rank": r, "nic": nic_of(mem[r].host, mem[r].gpu), "wr": cnt[r].wr,
                         "wc": cnt[r].wc, "peers": list(mem[r].peers)} for r in ranks[:32]]
         ev = {"actions": [["run_netdiag", link] for link in links], "comm": comm,
               "localised": loc.how, "suspect_nics": nics, "outstanding": outstanding,

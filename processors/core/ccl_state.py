@@ -1,7 +1,8 @@
 """Per-communicator bookkeeping shared by the Phase-2 CCL detectors (Aegis §4.2, §5.2).
 
-- :class:`CommRoster` learns who each communicator rank is (host, local GPU, and so NIC i on
-  rail i) from the CCLRecords themselves, with the peers its outstanding work requests go to.
+- :class:`CommRoster` learns who each communicator rank is (host, local GPU, and so the NIC
+  that GPU uses: ``HostInventory.nic_for_gpu``, NIC i for GPU i without one) from the
+  CCLRecords themselves, with the peers its outstanding work requests go to.
 - :func:`localise` is RootDiag over a set of troubled ranks (Aegis Phase 1 RootDiag, §4.2
   "NetDiag on the sources and destinations of its outstanding requests"): the endpoint that is
   common to the troubled connections is the suspect; one pair is named as a pair.
@@ -168,36 +169,74 @@ def localise(troubled: Iterable[int], peers: Mapping[int, Sequence[int]],
     return Localisation("scattered", tuple(r for r in bad if not peers.get(r)), tuple(pairs))
 
 
-def tor_lookup(inventory: Inventory | None) -> TorOf:
-    """ToR switch of NIC ``gpu`` on ``host`` (GPU i uses NIC i, rail i); "tor" if unknown."""
-    def tor_of(host: str, gpu: int) -> str:
-        hi = inventory.hosts.get(host) if inventory is not None else None
-        return hi.tor[gpu] if hi is not None and 0 <= gpu < len(hi.tor) and hi.tor[gpu] else "tor"
-    return tor_of
+def nic_index(inventory: Inventory | None, host: str, gpu: int) -> int | None:
+    """Index of the NIC that GPU ``gpu`` of ``host`` uses (``HostInventory.nic_for_gpu``);
+    without an inventory entry for the host, GPU i uses NIC i (rail i)."""
+    hi = inventory.hosts.get(host) if inventory is not None else None
+    if hi is None:
+        return gpu if gpu >= 0 else None
+    return hi.nic_for_gpu(gpu)
+
+
+def gpu_nic_id(inventory: Inventory | None, host: str, gpu: int) -> str:
+    """Culprit name of the NIC GPU ``gpu`` uses: ``h/nic3``; ``h/nic`` when the inventory
+    cannot say which of the host's NICs it is."""
+    idx = nic_index(inventory, host, gpu)
+    return nic_id(host, idx if idx is not None else "nic")
+
+
+class NicLookup:
+    """GPU → NIC and NIC → ToR from an optional Inventory. Calling it gives the ToR switch
+    of the NIC GPU ``gpu`` of ``host`` uses, "tor" if unknown (a :data:`TorOf`)."""
+
+    def __init__(self, inventory: Inventory | None) -> None:
+        self.inventory = inventory
+
+    def nic(self, host: str, gpu: int) -> str:
+        return gpu_nic_id(self.inventory, host, gpu)
+
+    def __call__(self, host: str, gpu: int) -> str:
+        hi = self.inventory.hosts.get(host) if self.inventory is not None else None
+        idx = hi.nic_for_gpu(gpu) if hi is not None else None
+        return hi.tor[idx] if hi is not None and idx is not None and 0 <= idx < len(hi.tor) \
+            and hi.tor[idx] else "tor"
+
+
+def tor_lookup(inventory: Inventory | None) -> NicLookup:
+    """ToR switch of the NIC GPU ``gpu`` of ``host`` uses (``HostInventory.nic_for_gpu``;
+    GPU i uses NIC i without one); "tor" if unknown. Its ``nic`` names that NIC."""
+    return NicLookup(inventory)
+
+
+def _nic_of(tor_of: TorOf) -> Callable[[str, int], str]:
+    return tor_of.nic if isinstance(tor_of, NicLookup) else nic_id
 
 
 def links_for(loc: Localisation, roster: CommRoster, comm: str, tor_of: TorOf,
               max_links: int) -> tuple[list[str], list[str], list[str]]:
     """(links, hosts, suspect NICs) for a localisation in ``comm``: a suspect rank's
-    NIC↔ToR link, or the NIC↔NIC link of a troubled pair. Unknown ranks are skipped."""
+    NIC↔ToR link, or the NIC↔NIC link of a troubled pair. A rank's NIC is the one its GPU
+    uses (``tor_of.nic`` when ``tor_of`` comes from :func:`tor_lookup`, else GPU i uses
+    NIC i). Unknown ranks are skipped."""
     links: list[str] = []
     hosts: set[str] = set()
     nics: list[str] = []
+    nic_of = _nic_of(tor_of)
     for r in loc.suspects:
         m = roster.place(comm, r)
         if m is not None:
-            nics.append(nic_id(m.host, m.gpu))
-            links.append(link_id(nic_id(m.host, m.gpu), tor_of(m.host, m.gpu)))
+            nics.append(nic_of(m.host, m.gpu))
+            links.append(link_id(nic_of(m.host, m.gpu), tor_of(m.host, m.gpu)))
             hosts.add(m.host)
     if loc.how in ("pair", "scattered"):
         for a, b in loc.pairs:
             ma, mb = roster.place(comm, a), roster.place(comm, b)
             known = [m for m in (ma, mb) if m is not None]
             if len(known) == 2:
-                links.append(link_id(nic_id(known[0].host, known[0].gpu),
-                                     nic_id(known[1].host, known[1].gpu)))
+                links.append(link_id(nic_of(known[0].host, known[0].gpu),
+                                     nic_of(known[1].host, known[1].gpu)))
             elif known:
-                links.append(link_id(nic_id(known[0].host, known[0].gpu),
+                links.append(link_id(nic_of(known[0].host, known[0].gpu),
                                      tor_of(known[0].host, known[0].gpu)))
             hosts.update(m.host for m in known)
     uniq = sorted(set(links))[:max_links]

@@ -78,7 +78,7 @@ class ZScoreDetector:
         self.cfg = cfg = config if config is not None else ZScoreConfig()
         self.w_ms = to_ms(cfg.sub_window_s)
         self.t_ms = to_ms(cfg.window_s)
-        self.kinds = {k: DeviceKind(k, cfg.abs_tol) for k in DEVICE_KINDS}
+        self.kinds = {k: DeviceKind(k, cfg.abs_tol, inventory) for k in DEVICE_KINDS}
         self.corr = Correlator(job, cfg.correlate_wait_s, inventory)
         self.max_ts: float | None = None
         self.closed_ms: int | None = None  # every sub-window ending at or before is closed

@@ -10,14 +10,21 @@ from typing import Any
 import numpy as np
 
 from processors.core.base import gpu_id, nic_id
+from schemas.inventory import Inventory
 from schemas.metrics import Direction, metrics_for
 
 
-def device_name(host: str, kind: str, local: str, alone: bool) -> str:
-    """Culprit name of a reported device: ``h/gpu3``, ``h/nic3`` (from ``mlx5_3``), ``h``."""
+def device_name(host: str, kind: str, local: str, alone: bool,
+                inventory: Inventory | None = None) -> str:
+    """Culprit name of a reported device: ``h/gpu3``, ``h``, and ``h/nicN`` for a NIC: N is
+    its index in the Inventory's ``nics`` of the host (as ``correlate.tor_for`` and the CCL
+    detectors count), else the digits of its name (``mlx5_3`` → nic3)."""
     if kind == "gpu":
         return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
     if kind == "nic":
+        hi = inventory.hosts.get(host) if inventory is not None else None
+        if hi is not None and local in hi.nics:
+            return nic_id(host, hi.nics.index(local))
         tail = local[5:] if local.startswith("mlx5_") else local
         return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, local)
     return host if alone or local in ("", "host", host) else f"{host}/{local}"
@@ -26,8 +33,10 @@ def device_name(host: str, kind: str, local: str, alone: bool) -> str:
 class DeviceKind:
     """Per device kind: the slot map, the metric rows and the per-device streak state."""
 
-    def __init__(self, kind: str, abs_tol: Mapping[str, float]) -> None:
+    def __init__(self, kind: str, abs_tol: Mapping[str, float],
+                 inventory: Inventory | None = None) -> None:
         self.kind = kind
+        self.inventory = inventory  # names NICs by their index in the host's ``nics``
         self.metrics = metrics_for(kind)
         self.row = {m.name: i for i, m in enumerate(self.metrics)}
         d = [m.direction for m in self.metrics]
@@ -50,7 +59,7 @@ class DeviceKind:
         self._rows_cache: dict[tuple[str, ...], tuple[Any, ...]] = {}
 
     def add_device(self, host: str, local: str, alone: bool = False, name: str = "") -> int:
-        name = name or device_name(host, self.kind, local, alone)
+        name = name or device_name(host, self.kind, local, alone, self.inventory)
         if name not in self.slot:
             self.slot[name] = len(self.devices)
             self.devices.append((name, host, local))

@@ -17,6 +17,7 @@ from processors.report.degradation import Degradation, measure, pacing_comms, pe
 from processors.report.html import Raw, legend, page, table
 from processors.settings import PipelineConfig
 from processors.whatif import SECTIONS, WhatIfDiff, describe, iso
+from schemas.inventory import Inventory
 from schemas.recording import RecordingEntry, read_recording
 from schemas.records import DeadLetter, Diagnosis, IsolationCommand
 from sinks.base import GuardRefusal, SinkItem
@@ -42,6 +43,7 @@ class ReportInput:
     max_metric_plots: int = 40
     bucket_s: float | None = None  # CCL / degradation bucket; default max(5 s, span/1500)
     span: tuple[float, float] | None = None  # first and last record ts, if already known
+    inventory: Inventory | None = None  # names NICs like the detectors; default: the header's
 
 
 def slug(s: str) -> str:
@@ -106,7 +108,10 @@ def build_report(inp: ReportInput) -> str:
     bucket = inp.bucket_s or max(5.0, (last - first) / 1500)
     t0 = math.floor(first / bucket) * bucket
     targets = zscore_targets(outs.diagnoses)
-    tel = TelemetryCollector(targets, zcfg.sub_window_s) if targets else None
+    inv = inp.inventory
+    if inv is None and isinstance(inp.header.get("inventory"), Mapping):
+        inv = Inventory.from_wire(inp.header["inventory"])
+    tel = TelemetryCollector(targets, zcfg.sub_window_s, inv) if targets else None
     ccl = CCLCollector(t0, bucket, int((last - t0) // bucket) + 1)
     collect(_entries(inp), tel, ccl)
     by_job: dict[str, dict[str, CommData]] = {}

@@ -18,6 +18,7 @@ import numpy as np
 from processors.core.zscore import ZScoreConfig
 from processors.core.zscore_devices import device_name
 from processors.pipeline import input_kind
+from schemas.inventory import Inventory
 from schemas.metrics import metrics_for
 from schemas.recording import RecordingEntry
 
@@ -59,7 +60,8 @@ class MetricSeries:
 class _Grid:
     """Per sub-window sums and counts of one (job, kind, metric) over the job's devices."""
 
-    def __init__(self) -> None:
+    def __init__(self, inventory: Inventory | None = None) -> None:
+        self.inventory = inventory  # names NICs as the detector does (zscore_devices)
         self.slot: dict[str, int] = {}
         self.sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, np.ndarray] = {}
@@ -70,8 +72,8 @@ class _Grid:
         got = self._slots.get(key)
         if got is None:
             alone = len(ids) == 1
-            got = np.array([self.slot.setdefault(device_name(host, kind, i, alone), len(self.slot))
-                            for i in ids], dtype=np.intp)
+            got = np.array([self.slot.setdefault(device_name(host, kind, i, alone, self.inventory),
+                                                 len(self.slot)) for i in ids], dtype=np.intp)
             self._slots[key] = got
         return got
 
@@ -91,7 +93,9 @@ class _Grid:
 class TelemetryCollector:
     """Collects the metrics named in ``targets``: {(job, device kind): {metric, ...}}."""
 
-    def __init__(self, targets: Mapping[tuple[str, str], set[str]], sub_window_s: float) -> None:
+    def __init__(self, targets: Mapping[tuple[str, str], set[str]], sub_window_s: float,
+                 inventory: Inventory | None = None) -> None:
+        self.inventory = inventory
         self.targets = {k: set(v) for k, v in targets.items()}
         self.jobs = {j for j, _ in self.targets}
         self.w_ms = max(1, int(round(sub_window_s * 1000)))
@@ -121,7 +125,9 @@ class TelemetryCollector:
                     arr = np.asarray(vals, dtype=np.float64)
                 except (TypeError, ValueError):
                     continue
-                grid = self.grids.setdefault((job, kind, metric), _Grid())
+                grid = self.grids.get((job, kind, metric))
+                if grid is None:
+                    grid = self.grids[(job, kind, metric)] = _Grid(self.inventory)
                 grid.add(start, grid.slots(kind, host, tuple(map(str, ids))), arr)
 
     def series(self, job: str, kind: str, metric: str, device: str,
