@@ -9,8 +9,11 @@ names the device ONCE with every flagged metric as evidence:
 - NIC with an abnormal-operation metric up (ECN, retransmits, CNP sent, out-of-sequence, port
   errors; CNPs handled only support), ``nic_link_up`` low, or both
   bandwidth directions low → ``slow_network`` on ``nic<->tor``, action ``run_netdiag``;
-- GPU with SM clock, tensor throughput or utilisation low, or temperature high →
-  ``slow_compute`` on the GPU, action ``isolate_gpu``;
+- GPU with SM clock, tensor throughput or utilisation low → ``slow_compute`` on the GPU,
+  action ``isolate_gpu``; a high temperature supports it. A GPU that is only hotter than
+  its peers is not slower (a static spread of a few °C across a chassis always puts some
+  GPU past λ+2δ; a throttling one shows its low clock), so temperature alone is an
+  ``outlier``;
 - anything else (correctable ECC alone included) → ``outlier`` with no action.
 
 Confidence grows with the number of agreeing metrics. Pure and serialisable.
@@ -38,7 +41,7 @@ NETWORK_HIGH = frozenset(m.name for m in metrics_for("nic") if m.abnormal) - NET
 NETWORK_LOW = frozenset({"nic_link_up"})
 BANDWIDTH_LOW = frozenset({"nic_tx_bps", "nic_rx_bps"})
 COMPUTE_LOW = frozenset({"gpu_sm_clock_mhz", "gpu_tensor_tflops", "gpu_util_pct"})
-COMPUTE_HIGH = frozenset({"gpu_temp_c"})
+COMPUTE_SUPPORT = frozenset({"gpu_temp_c"})  # supports a slowdown; alone it is an outlier
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +101,9 @@ def classify(device_kind: str, flags: Mapping[str, MetricFlag]) -> tuple[str, li
         if triggers or len(bandwidth) == len(BANDWIDTH_LOW):
             return "slow_network", sorted(triggers + bandwidth + up(NETWORK_SUPPORT))
     if device_kind == "gpu":
-        triggers = down(COMPUTE_LOW) + up(COMPUTE_HIGH)
+        triggers = down(COMPUTE_LOW)
         if triggers:
-            return "slow_compute", sorted(triggers)
+            return "slow_compute", sorted(triggers + up(COMPUTE_SUPPORT))
     return "outlier", sorted(flags)
 
 

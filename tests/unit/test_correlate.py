@@ -41,6 +41,7 @@ def gpu_flag(metric: str, direction: str, at: float = 1000.0, start: float = 400
     ("gpu", [("gpu_util_pct", "low")], "slow_compute", ["gpu_util_pct"]),
     ("gpu", [("gpu_ecc_sbe_per_s", "high")], "outlier", ["gpu_ecc_sbe_per_s"]),
     ("gpu", [("gpu_temp_c", "low")], "outlier", ["gpu_temp_c"]),
+    ("gpu", [("gpu_temp_c", "high")], "outlier", ["gpu_temp_c"]),  # hotter, not slower
     ("gpu", [("gpu_power_w", "high")], "outlier", ["gpu_power_w"]),
     ("host", [("host_cpu_util_pct", "high")], "outlier", ["host_cpu_util_pct"]),
 ])
@@ -85,7 +86,7 @@ def test_flags_within_wait_join_one_diagnosis() -> None:
 def test_due_strictness_and_order() -> None:
     c = Correlator("j1", wait_s=30)
     c.add(flag("nic_ecn_per_s", "high", at=100, device="h2/nic0", local="mlx5_0"))
-    c.add(gpu_flag("gpu_temp_c", "high", at=90))
+    c.add(gpu_flag("gpu_sm_clock_mhz", "low", at=90))
     assert c.due(119) == []
     assert [d.kind for d in c.due(130, inclusive=False)] == ["slow_compute"]
     assert [d.kind for d in c.due(130)] == ["slow_network"]
