@@ -63,6 +63,14 @@ class _Counters:
         return tuple(sorted((o.op, o.cl) for o in self.src))[:16]
 
 
+def _gpu_key(m: Any) -> tuple[str, int | str]:
+    """A GPU's identity across communicators. Ranks whose GPU the plugin could not tell
+    (gpu -1) share one key per host: any of them blocked in a stalled op makes every one of
+    them a possible victim. That may miss a compute hang on such a host, but never names a
+    victim (a rank waiting on another communicator) as the culprit."""
+    return (m.host, m.gpu) if m.gpu >= 0 else (m.host, "?")
+
+
 class AlignmentDetector:
     """Aegis §4.2 CL/WR/WC alignment over one job's CCLRecords."""
 
@@ -187,12 +195,12 @@ class AlignmentDetector:
 
     def _assess_all(self, out: Outputs, stalled: list[str]) -> None:
         verdicts = {c: self._verdict(c) for c in stalled}
-        blocked: set[tuple[str, int]] = set()  # GPUs waiting inside a stalled, unfinished op
+        blocked: set[tuple[str, int | str]] = set()  # GPUs waiting inside a stalled op
         for c, (kind, ranks) in verdicts.items():
             if kind in ("silent", "lag", "net"):
                 top = max(x.cl for x in self.counters[c].values())
                 mem = self.roster.members[c]
-                blocked.update((mem[r].host, mem[r].gpu) for r, x in self.counters[c].items()
+                blocked.update(_gpu_key(mem[r]) for r, x in self.counters[c].items()
                                if kind == "net" or (x.cl == top and r not in ranks))
         lagging: list[tuple[str, int]] = []
         for c, (kind, ranks) in verdicts.items():
@@ -227,16 +235,17 @@ class AlignmentDetector:
                 summary=f"{host} stopped reporting CCL counters at {since:.3f} while its peers "
                         f"in communicator {comm} kept reporting, stalled"))
 
-    def _lag_evidence(self, comm: str, rank: int, blocked: set[tuple[str, int]]
+    def _lag_evidence(self, comm: str, rank: int, blocked: set[tuple[str, int | str]]
                       ) -> tuple[list[dict[str, Any]], float] | None:
         """(where the GPU lags, the first report of a peer ahead) or None: a victim (blocked inside
         another stalled communicator) or undecided (at the top of one not settled yet)."""
         m = self.roster.members[comm][rank]
-        if (m.host, m.gpu) in blocked:
+        if _gpu_key(m) in blocked:
             return None
         stalled_for = self.watermark - self.last_change[comm]
         lags, since = [], float("inf")
-        for c, r in sorted(self.roster.comms_of(m.host, m.gpu).items()):
+        comms = self.roster.comms_of(m.host, m.gpu) if m.gpu >= 0 else {comm: rank}
+        for c, r in sorted(comms.items()):
             cnt = self.counters.get(c, {})
             if r not in cnt:
                 continue
@@ -255,7 +264,7 @@ class AlignmentDetector:
         return lags, since
 
     def _lagging(self, out: Outputs, lagging: list[tuple[str, int]],
-                 blocked: set[tuple[str, int]]) -> None:
+                 blocked: set[tuple[str, int | str]]) -> None:
         """Aegis §4.2 CL(i,n) < CL(i,j). Per host, the most specific GPUs are named: those
         lagging in the most communicators (the DP laggard whose host's TP also lags)."""
         by_host: dict[str, dict[int, tuple[str, list[dict[str, Any]], float]]] = {}
@@ -273,18 +282,19 @@ class AlignmentDetector:
             if key in self.incidents:
                 self._emit(out, key, comm, None)
                 continue
-            gids = [gpu_id(host, g) for g in keep]
+            gids = [gpu_id(host, g) for g in keep if g >= 0]  # -1: the GPU is unknown
             since = min(v[2] for v in keep.values())
             stalled_for = self.watermark - min(self.last_change[v[0]] for v in keep.values())
             ev = {"actions": [["isolate_host", host], ["restart_job", self.job]],
                   "lagging_in": [x for v in keep.values() for x in v[1]][:32],
-                  "less_specific": [gpu_id(host, g) for g in sorted(set(cands) - set(keep))],
+                  "less_specific": [gpu_id(host, g) for g in sorted(set(cands) - set(keep))
+                                    if g >= 0],
                   "stall_s": self.cfg.stall_s, "stalled_for_s": stalled_for}
             self._emit(out, key, comm, make_diagnosis(
                 job=self.job, kind="hang_compute", detector=DETECTOR, rule="cl_lag",
                 event_ts=since, detected_ts=self.watermark, hosts=[host], gpus=gids,
                 evidence=ev, confidence=0.9,
-                summary=f"{', '.join(gids)} stopped launching collectives: CL behind its peers "
+                summary=f"{', '.join(gids) or host} stopped launching collectives: CL behind its peers "
                         f"in {most} communicator(s), stalled {stalled_for:.0f} s"))
 
     def _network(self, out: Outputs, comm: str, ranks: list[int]) -> None:

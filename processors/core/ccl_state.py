@@ -73,10 +73,11 @@ class CommRoster:
                 self._unindex(comm, m)
             assert members is not None
             members[rank] = Member(host, gpu, peers, ts)
-            idx = self.by_gpu.get((host, gpu))
-            if idx is None:
-                idx = self.by_gpu[(host, gpu)] = {}
-            idx[comm] = rank
+            if gpu >= 0:  # an unknown GPU (-1) cannot be matched across communicators
+                idx = self.by_gpu.get((host, gpu))
+                if idx is None:
+                    idx = self.by_gpu[(host, gpu)] = {}
+                idx[comm] = rank
         else:
             m.peers, m.seen_ts = peers, ts
         last = self.last_seen.get(comm)
@@ -105,7 +106,8 @@ class CommRoster:
         return self.members.get(comm, {}).get(rank)
 
     def comms_of(self, host: str, gpu: int) -> dict[str, int]:
-        """Every communicator this GPU is in, with its rank there."""
+        """Every communicator this GPU is in, with its rank there (none for gpu -1: the
+        plugin could not tell which GPU, so its ranks are only known one by one)."""
         return self.by_gpu.get((host, gpu), {})
 
     def to_wire(self) -> list[Any]:
@@ -120,7 +122,8 @@ class CommRoster:
             ro.sizes[comm], ro.last_seen[comm], ro.members[comm] = int(size), float(seen), {}
             for r, host, gpu, peers, ts in members:
                 ro.members[comm][int(r)] = Member(host, int(gpu), tuple(peers), float(ts))
-                ro.by_gpu.setdefault((host, int(gpu)), {})[comm] = int(r)
+                if int(gpu) >= 0:
+                    ro.by_gpu.setdefault((host, int(gpu)), {})[comm] = int(r)
         return ro
 
 

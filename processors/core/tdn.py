@@ -246,16 +246,20 @@ class TDNDetector:
         m = self.roster.place(comm, rank)
         if m is None or self._victim(comm, m.host, m.gpu):
             return
-        s, gid = st.streaks["td_short"][rank], gpu_id(m.host, m.gpu)
+        s = st.streaks["td_short"][rank]
+        # gpu -1: the plugin could not tell which GPU; the culprit is somewhere on the host
+        gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 else m.host
+        action = "isolate_gpu" if m.gpu >= 0 else "isolate_host"
         key = f"slow_compute|{gid}"
         if self._join(key, f"{comm}|{op}|td_short|{rank}", s):
-            ev = {"actions": [["isolate_gpu", gid]], "comm": comm, "op": op, "rank": rank,
+            ev = {"actions": [[action, gid]], "comm": comm, "op": op, "rank": rank,
                   "first_seq": s.first_seq * self.cfg.seq_bucket, "td_us": td, "td_mean_us": mean,
                   "ratio": td / mean, "alpha": self.cfg.alpha, "persist": self.cfg.persist,
                   "violations": s.count}
             out.diagnoses.append(make_diagnosis(
                 job=self.job, kind="slow_compute", detector=DETECTOR, rule="td_short",
-                event_ts=s.first_ts, detected_ts=ts, hosts=[m.host], gpus=[gid], evidence=ev,
+                event_ts=s.first_ts, detected_ts=ts, hosts=[m.host],
+                gpus=[gid] if m.gpu >= 0 else [], evidence=ev,
                 confidence=0.8,
                 summary=f"{gid} finishes {op} in {td / mean:.2f}x the communicator's mean time "
                         f"for {s.count} iterations: it arrives last (slow compute)"))

@@ -196,3 +196,19 @@ def test_tp2_partner_of_a_slow_gpu_is_a_victim() -> None:
             out.extend(det.observe(CCLRecord(host, t, tuple(ranks), job=JOB)))
         out.extend(det.advance(t))
     assert [(d.kind, d.culprits.gpus) for d in out.diagnoses] == [("slow_compute", ("h2/gpu1",))]
+
+
+def test_a_slow_rank_whose_gpu_is_unknown_names_its_host() -> None:
+    """gpu -1 (the plugin could not tell): never an id like h2/gpu-1; the host is the culprit."""
+    det, out = TDNDetector(JOB), Outputs()
+    for it in range(1, 60):
+        t = 1000.0 + it
+        for h in range(6):
+            td = 350.0 if (h == 2 and it > 10) else 500.0
+            snap = RankSnapshot("dp00000000000000", 6, h, -1, (
+                OpCounters("AllGather", it, it, it, it, td, 5.0),))
+            out.extend(det.observe(CCLRecord(f"h{h}", t, (snap,), job=JOB)))
+        out.extend(det.advance(t))
+    (d,) = out.diagnoses
+    assert (d.kind, d.culprits.hosts, d.culprits.gpus) == ("slow_compute", ("h2",), ())
+    assert d.evidence["actions"] == [["isolate_host", "h2"]]
