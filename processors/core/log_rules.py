@@ -85,6 +85,8 @@ def nvrm(line: str) -> Hit | None:
             return Hit("nvlink", sev, f"sxid_{m.group(2)}", pci=m.group(1))
     if "NVRM" not in line:
         return None
+    if "API mismatch" in line:  # the kernel's side of NVML's "Driver/library version mismatch"
+        return Hit("config", "fatal", "nvml_driver_mismatch")
     if ("RmInitAdapter failed" in line or "rm_init_adapter failed" in line  # as XID 143
             or "bailing out of RmInitAdapter" in line or "Cannot attach gpu" in line):
         m = _GPU_BUS.search(line)
