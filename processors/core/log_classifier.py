@@ -110,13 +110,16 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None) -> LogEvent
     if pci is None and hit.category in _HOST_SIDE and hit.rule.startswith("dcgm_"):
         pci = _bus(log_rules._first_bus(line))
     gpu = inv.gpu_for_bus(pci) if (inv is not None and pci) else None
+    severity = hit.severity
+    if hit.rule == "iommu_dma_fault" and gpu is not None:
+        severity = "degraded"  # one of the host's GPUs had its DMA refused
     peer = peer_rank = rank = None
     if hit.category in ("distributed_symptom", "config", "cuda_app_error"):
         rank = _int(_RANK, line)
         if hit.category != "cuda_app_error":
             peer = _peer(line)
             peer_rank = _int(_PEER_RANK, line)
-    return LogEvent(hit.category, hit.severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
+    return LogEvent(hit.category, severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
                     rank, hit.device)
 
 

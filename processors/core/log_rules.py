@@ -177,8 +177,10 @@ def pcie(line: str) -> Hit | None:
         if "Link Up" in line or "Card present" in line:
             return Hit("pcie", "info", "pcie_slot_up", pci=_first_bus(line))
     if "IO_PAGE_FAULT" in line or ("DMAR" in line and "fault addr" in line):
-        # a device's DMA refused by the IOMMU (AMD-Vi, Intel VT-d)
-        return Hit("pcie", "degraded", "iommu_dma_fault", pci=_first_bus(line))
+        # a device's DMA refused by the IOMMU (AMD-Vi, Intel VT-d): integrated graphics,
+        # Wi-Fi and NVMe log these at boot on healthy hosts, so info; the classifier makes it
+        # degraded when the inventory says the device is one of the host's GPUs
+        return Hit("pcie", "info", "iommu_dma_fault", pci=_first_bus(line))
     if "AER" not in line and "pcieport" not in line and not ("PCIe" in line and "Bus Error" in line):
         return None
     if "can't recover" in line or "recovery failed" in line or "Recovery failed" in line:
@@ -280,8 +282,10 @@ _PROBE_DEV = re.compile(r"dev (?:fd|sr|loop)\d")
 _STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (",  # with "rror"
             "EXT4-fs warning", "I/O error to superblock", "I/O Error (sct", "LustreError",
             "Write error at byte offset", "failed due to network error")
+_STORAGE_BENIGN = ("Admin Cmd(",  # nvme-cli's unsupported identify, no data I/O
+                   "target_handle_connect", "clients in recovery")  # a Lustre server recovering
 _STORAGE_STALL = ("QID", "controller is down", "Aborting journal", "Timed out tx for",
-                  "was lost; in progress")  # NVMe timeouts, jbd2, LNet / Lustre client
+                  "was lost; in progress", "Request sent has timed out")  # NVMe timeouts, jbd2, LNet / Lustre client
 _MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
 
@@ -301,6 +305,8 @@ def host(line: str) -> Hit | None:
         elif any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
             if _PROBE_DEV.search(line, 0, SCAN_CHARS):  # an empty floppy / CD / loop device
                 return Hit("other", "info", "host_storage_probe")
+            if any(k in line for k in _STORAGE_BENIGN):
+                return Hit("other", "info", "host_storage_benign")
             return Hit("host_hw", "degraded", "host_storage_error")
     if "achine check" in line:
         if "events logged" in line or any(k in line for k in _MCE_FATAL):

@@ -46,7 +46,8 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
      "nccl_setup_failed"),
 )
 _NCCL_BENIGN = ("falling back to simple order",)  # topology search fallback: harmless
-_IB_PORT = re.compile(r"\b([A-Za-z][\w-]{0,15}?\d)(?::\d+)? Got async event")  # mlx5_0:1, bnxt_re0
+_IB_PORT = re.compile(r"\b([A-Za-z][\w-]{0,15}?\d)(?::\d+)? (?:Got async|async fatal)")  # mlx5_0:1
+_IB_PORT_EVENTS = ("GID table change", "port active", "LID change", "SM change")  # reconfiguration
 _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
     (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
      "nccl_cuda_error"),
@@ -104,9 +105,14 @@ def nccl(line: str) -> Hit | None:
                 return Hit("config", sev, rule)
     if "NCCL_" in line and ("nvalid" in line or "nknown" in line) and "TORCH_NCCL" not in line:
         return Hit("config", "degraded", "nccl_env_invalid")
-    if "async event" in line:  # the HCA reported an asynchronous error (IBV_EVENT_*)
+    if "async" in line and ("async event" in line or "async error event" in line
+                            or "async fatal event" in line):  # IBV_EVENT_* from the HCA
         m = _IB_PORT.search(line)
         dev = m.group(1) if m else None
+        if any(k in line for k in _IB_PORT_EVENTS):  # an address or subnet manager change
+            return Hit("other", "info", "nccl_ib_port_event", device=dev)
+        if "async fatal event on QP" in line:  # IBV_EVENT_QP_FATAL: that connection is dead
+            return Hit("distributed_symptom", "fatal", "nccl_ib_qp_fatal", device=dev)
         if "catastrophic" in line or "device fatal" in line or "DEVICE_FATAL" in line:
             return Hit("nic_or_link", "fatal", "nccl_ib_device_fatal", device=dev)
         return Hit("distributed_symptom", "degraded", "nccl_ib_async_event", device=dev)
@@ -147,10 +153,13 @@ def gpu_setup(line: str) -> Hit | None:
 
 
 # ---- CUDA runtime errors seen by the application ------------------------------------------
+_CUDA_NVLINK = re.compile(r"(?:^|rror: |\] )CUDA error: uncorrectable NVLink")
+_CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'")
 def cuda(line: str) -> Hit | None:
     if "CU" not in line and "cuda" not in line and "Cuda" not in line:  # CUDA, CUBLAS, CUDNN
         return None
-    if "NVLink" in line and "ncorrectable" in line or "NvlinkUncorrectable" in line:
+    if "NVLink" in line and "ncorrectable" in line and _CUDA_NVLINK.search(line, 0, 4096) \
+            or "NvlinkUncorrectable" in line:  # the error itself, not text quoting it
         return Hit("nvlink", "fatal", "cuda_nvlink_uncorrectable")  # hardware, not the app
     if "TORCH_USE_CUDA_DSA" in line:  # PyTorch's advice printed after every CUDA error
         return Hit("other", "info", "cuda_advice")
@@ -169,7 +178,8 @@ def cuda(line: str) -> Hit | None:
     if "UserWarning" in line:  # e.g. cuDNN "Plan failed ... NOT_SUPPORTED": another plan runs
         return Hit("other", "info", "cuda_warning")
     if ("CUDA error" in line or "CUDA_ERROR_" in line or "cudaError" in line
-            or "Cuda failure '" in line  # NCCL's "Last error" line, without its NCCL prefix
+            or "Cuda failure" in line and _CUDA_FAILURE.search(line, 0, 4096)  # NCCL's bare
+            # "Last error" line: Cuda failure 'x', Cuda failure 217 'x'
             or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
             or "CUDNN_STATUS_" in line and "SUCCESS" not in line):
         return Hit("cuda_app_error", "fatal", "cuda_error")

@@ -121,7 +121,7 @@ def test_nvlink5_line_says_its_own_severity() -> None:
      "(UNDELIVERABLE). Completed length: 0",
      ("distributed_symptom", "fatal", "nccl_ib_completion_error", None, None)),
     ("[   40.182570] ath10k_pci 0000:01:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000d "
-     "address=0xcff49550 flags=0x0070]", ("pcie", "degraded", "iommu_dma_fault", None, "0000:01:00.0")),
+     "address=0xcff49550 flags=0x0070]", ("pcie", "info", "iommu_dma_fault", None, "0000:01:00.0")),
     ("kernel: [   17.982217] mlx5_core 0000:41:00.0: print_health_info:458:(pid 0): synd 0x8: "
      "unrecoverable hardware error", ("nic_or_link", "fatal", "nic_fw_fatal", None, "0000:41:00.0")),
 ])
@@ -253,3 +253,13 @@ def test_cli_exit_codes(tmp_path, capsys) -> None:
     assert main(["--policy", str(bad), str(log)]) == 2
     assert main(["--no-such-flag"]) == 2
     assert main(["--help"]) == 0
+
+
+def test_an_iommu_fault_is_degraded_only_on_one_of_the_hosts_gpus() -> None:
+    """Integrated graphics, Wi-Fi and NVMe log IOMMU faults at boot on healthy hosts."""
+    line = ("[  940.182570] nvidia 0000:3b:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT "
+            "domain=0x000d address=0xcff49550 flags=0x0070]")
+    inv = HostInventory("h", gpu_bus_ids=("0000:3b:00.0",))
+    assert classify(line).severity == "info"
+    e = classify(line, host_inventory=inv)
+    assert (e.category, e.severity, e.gpu) == ("pcie", "degraded", 0)
