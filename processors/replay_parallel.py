@@ -150,6 +150,8 @@ def run_task(task: Task, sel: Selection, config: PipelineConfig, inventory: Inve
             res.crashed = res.crashed or dl.error
             continue
         for rj in out.rejections:
+            if rj.detector == task.kind and task.order != 0:
+                continue  # the topic's own (job clock) refusal: every task of it makes one
             rejections[rj.reason] = rejections.get(rj.reason, 0) + 1
         if dl is not None and task.order == 0:
             events.append((pos, [], dl))
