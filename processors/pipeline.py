@@ -145,7 +145,8 @@ class InputProcessor:
         dets = self.detectors(job)
         clock = self._clocks.get(job)
         if clock is None:
-            clock = self._clocks[job] = JobClock(self.config.section("input").max_future_s)
+            icfg = self.config.section("input")
+            clock = self._clocks[job] = JobClock(icfg.max_future_s, icfg.lone_after_s)
         skew = clock.check(rec.host, rec.ts, self._watermark.get(job))
         if skew:  # a lone host far ahead must not move the job's clock (and blind the rest)
             return Outputs(rejections=[Rejection(self.kind, job, rec.host, "clock_skew", skew,
@@ -172,8 +173,9 @@ class InputProcessor:
         state = msgpack.unpackb(data, raw=False, strict_map_key=False)
         self._watermark[job] = float(state.get("watermark", 0.0))
         if isinstance(state.get("clock"), dict):
-            self._clocks[job] = JobClock.restore(state["clock"],
-                                                 self.config.section("input").max_future_s)
+            icfg = self.config.section("input")
+            self._clocks[job] = JobClock.restore(state["clock"], icfg.max_future_s,
+                                                 icfg.lone_after_s)
         saved = state.get("detectors", {})
         dets: dict[str, Any] = {}
         for name, cls in self._types:

@@ -37,16 +37,20 @@ class AlignmentConfig:
     eval_interval_s: float = 1.0  # how often stalled communicators are assessed
     undecided_max_s: float = 30.0  # a lagging GPU still running elsewhere: wait this long more
     forget_s: float = 600.0  # a communicator with no report this long is dropped
+    # no rank of a stalled communicator reported for this long: it is gone (the job was
+    # killed or ended), not hung; hung ranks keep reporting (the plugin reports every
+    # interval while stalled, the agent drops a dead process's entries within ~10 s)
+    gone_s: float = 15.0
     max_comms: int = 65536  # communicators kept; the least recently seen is evicted
     max_peers: int = 64  # outstanding peers kept per rank
     max_links: int = 8  # links named in one hang_network diagnosis
 
     def __post_init__(self) -> None:
-        if self.stall_s <= 0 or self.eval_interval_s <= 0 or min(
-                self.undecided_max_s, self.forget_s) < 0 or min(
+        if self.stall_s <= 0 or self.eval_interval_s <= 0 or not 0 < self.gone_s <= self.stall_s \
+                or min(self.undecided_max_s, self.forget_s) < 0 or min(
                 self.max_comms, self.max_peers, self.max_links) < 1:
-            raise ConfigError("alignment: stall_s, eval_interval_s > 0; durations >= 0; "
-                              "max_comms, max_peers, max_links >= 1")
+            raise ConfigError("alignment: stall_s, eval_interval_s > 0; 0 < gone_s <= stall_s; "
+                              "durations >= 0; max_comms, max_peers, max_links >= 1")
 
 
 @dataclass(slots=True)
@@ -182,8 +186,8 @@ class AlignmentDetector:
             return "idle", []
         now, stall = self.watermark, self.cfg.stall_s
         newest = max(mem[r].seen_ts for r in cnt)
-        if newest <= now - stall:
-            return "gone", []  # nobody reports any more: job ended or host gone, judged elsewhere
+        if newest <= now - self.cfg.gone_s:
+            return "gone", []  # nobody reports any more: job ended or killed, host gone
         silent = [r for r in cnt if mem[r].seen_ts <= now - stall and newest >= mem[r].seen_ts + stall]
         if silent:
             return "silent", sorted(silent)

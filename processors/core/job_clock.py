@@ -5,8 +5,10 @@ host whose clock is wrong (an RTC a year ahead, a bad NTP step) would drag that 
 forward on its own, and every honest record after it would then be "late" to every
 detector. So a record more than ``max_future_s`` ahead of the job clock is refused as
 ``clock_skew`` (counted, never silent) unless another host agrees on the jump, which is a
-real gap in the job's data (a pause, a restart). A job with one host cannot tell the two
-apart and follows its host. The same rule as the Z-score's own guard (docs/zscore.md).
+real gap in the job's data (a pause, a restart), or unless that host keeps reporting ahead
+over ``lone_after_s`` of its own time while no other host reports at the old time (the job
+came back on fewer hosts; a burst of lines from a skewed host spans no time). A job with one host cannot tell the two apart and follows its host. The
+same rule as the Z-score's own guard (docs/zscore.md).
 """
 
 from __future__ import annotations
@@ -25,19 +27,24 @@ class InputConfig:
     """Policy table ``[input]``: what every input topic's job clock accepts."""
 
     max_future_s: float = 300.0  # a lone host further ahead of its job's clock is clock_skew
+    lone_after_s: float = 60.0  # ...until its records span this long with no other host present
 
     def __post_init__(self) -> None:
         if not self.max_future_s > 0 or not math.isfinite(self.max_future_s):
             raise ConfigError(f"input: max_future_s must be > 0, not {self.max_future_s}")
+        if not self.lone_after_s > 0:
+            raise ConfigError(f"input: lone_after_s must be > 0, not {self.lone_after_s}")
 
 
 class JobClock:
     """Which hosts of one job are far ahead of its watermark; serialisable."""
 
-    def __init__(self, max_future_s: float) -> None:
+    def __init__(self, max_future_s: float, lone_after_s: float = 60.0) -> None:
         self.max_future_s = max_future_s
+        self.lone_after_s = lone_after_s
         self.hosts: set[str] = set()
         self.ahead: dict[str, float] = {}  # host -> its skewed ts
+        self.streak: dict[str, float] = {}  # host -> its first ts ahead since another was present
 
     def check(self, host: str, ts: float, watermark: float | None) -> str:
         """"" when the record may move the clock, else why it is clock_skew."""
@@ -45,20 +52,27 @@ class JobClock:
             self.hosts.add(host)
         if watermark is None or not ts > watermark + self.max_future_s:
             self.ahead.pop(host, None)
+            self.streak.clear()  # a host is present at the job's time: the others are skewed
             return ""
         self.ahead[host] = ts
-        if len(self.ahead) < min(2, len(self.hosts)):
+        since = self.streak.setdefault(host, ts)
+        if len(self.ahead) < min(2, len(self.hosts)) and ts - since < self.lone_after_s:
             return (f"ts {ts:.3f} is {ts - watermark:.0f}s ahead of the job clock "
                     f"({watermark:.3f}) and no other host agrees")
-        self.ahead.clear()  # several hosts agree: the job's clock really moved on
+        # several hosts agree, or the others are gone: the job's clock really moved on
+        self.ahead.clear()
+        self.streak.clear()
         return ""
 
     def snapshot(self) -> dict[str, Any]:
-        return {"hosts": sorted(self.hosts), "ahead": dict(sorted(self.ahead.items()))}
+        return {"hosts": sorted(self.hosts), "ahead": dict(sorted(self.ahead.items())),
+                "streak": dict(sorted(self.streak.items()))}
 
     @classmethod
-    def restore(cls, state: dict[str, Any], max_future_s: float) -> JobClock:
-        c = cls(max_future_s)
+    def restore(cls, state: dict[str, Any], max_future_s: float,
+                lone_after_s: float = 60.0) -> JobClock:
+        c = cls(max_future_s, lone_after_s)
         c.hosts = {str(h) for h in state.get("hosts", [])}
         c.ahead = {str(h): float(t) for h, t in dict(state.get("ahead", {})).items()}
+        c.streak = {str(h): float(t) for h, t in dict(state.get("streak", {})).items()}
         return c

@@ -56,24 +56,31 @@ class _Latest:
     entry: RankEntry
     received_ts: float  # the datagram's own wall clock, epoch seconds
     last_event_ts: float
+    pid: int = 0  # the sending process
 
 
 class CCLReceiver:
     """Bind ``socket_path`` and turn the plugin's datagrams into CCLRecords for ``host``.
 
     ``job_getter`` names the job running on the host now (None if unknown); it keys the
-    record. Entries not refreshed for ``expire_after_s`` (process gone) are dropped; an
-    entry flagged FINAL (communicator destroyed) is reported once more, then dropped.
+    record. The plugin reports every interval even while stalled, so an entry that is not
+    refreshed for ``stale_intervals`` of its sender's interval, and at least
+    ``expire_after_s``, belongs to a process that is gone (killed, crashed): it is dropped,
+    and the detectors see that rank stop reporting instead of a frozen rank that looks hung.
+    An entry flagged FINAL (communicator destroyed) is reported once more, then dropped.
     """
 
     def __init__(self, socket_path: str | os.PathLike[str], host: str,
                  job_getter: Callable[[], str | None], *, mode: int = 0o666,
-                 expire_after_s: float = 600.0, max_per_poll: int = 100_000,
-                 rcvbuf_bytes: int = 1 << 20) -> None:
+                 expire_after_s: float = 10.0, stale_intervals: float = 3.0,
+                 max_per_poll: int = 100_000, rcvbuf_bytes: int = 1 << 20) -> None:
         self.path = Path(socket_path)
         self.host = host
         self._job_getter = job_getter
         self._expire_after_s = expire_after_s
+        self._stale_intervals = stale_intervals
+        self._sender_last: dict[int, float] = {}  # pid -> wall time of its latest interval
+        self._sender_interval: dict[int, float] = {}  # pid -> its reporting interval
         self._max_per_poll = max_per_poll
         self._latest: dict[tuple[int, int], _Latest] = {}
         self._drops: dict[int, SenderDrops] = {}
@@ -112,9 +119,18 @@ class CCLReceiver:
     def _absorb(self, snap: Snapshot) -> None:
         self._drops[snap.pid] = SenderDrops(snap.pid, snap.drops_full, snap.drops_unsent)
         received_ts = snap.wall_ns / 1e9
+        last = self._sender_last.get(snap.pid)
+        if last is None or received_ts - last > 0.05:  # MORE datagrams share one interval
+            if last is not None and received_ts > last:
+                self._sender_interval[snap.pid] = received_ts - last
+            self._sender_last[snap.pid] = received_ts
         for entry in snap.entries:
             self._latest[(entry.comm_hash, entry.rank)] = _Latest(
-                entry, received_ts, snap.wall_time(entry.last_event_ns))
+                entry, received_ts, snap.wall_time(entry.last_event_ns), snap.pid)
+
+    def _expired(self, v: _Latest, now: float) -> bool:
+        interval = self._sender_interval.get(v.pid, 0.0)
+        return v.received_ts < now - max(self._expire_after_s, self._stale_intervals * interval)
 
     @property
     def sender_drops(self) -> tuple[SenderDrops, ...]:
@@ -125,9 +141,13 @@ class CCLReceiver:
     def collect(self, now: float) -> CCLRecord | None:
         """One CCLRecord holding every live rank of this host at event time ``now``, or
         None if there is none. ``now`` comes from the caller (the agent's sample clock)."""
-        for key in [k for k, v in self._latest.items()
-                    if v.received_ts < now - self._expire_after_s]:
+        for key in [k for k, v in self._latest.items() if self._expired(v, now)]:
             del self._latest[key]
+        live = {v.pid for v in self._latest.values()}
+        for pid in [p for p in self._sender_last if p not in live]:
+            self._sender_last.pop(pid, None)
+            self._sender_interval.pop(pid, None)
+            self._drops.pop(pid, None)
         if not self._latest:
             return None
         ranks = tuple(_rank_snapshot(self._latest[k]) for k in sorted(self._latest))

@@ -353,3 +353,22 @@ def test_lagging_and_silent_on_one_host_give_one_diagnosis() -> None:
     job.silent.add(6)  # ... and h6 stops reporting
     d, = run(det, job, 45).diagnoses
     assert d.culprits.hosts == ("h0006",) and d.kind == "hang_compute"
+
+
+def test_a_killed_communicator_is_gone_not_hung() -> None:
+    """A job killed mid-iteration freezes unequal counters; the agent keeps reporting the dead
+    processes' entries for ~10 s, then drops them. Meanwhile another communicator of the job
+    keeps the clock moving. The frozen one is gone, not a compute hang."""
+    from processors.core.alignment import AlignmentDetector
+    from schemas.records import CCLRecord, OpCounters, RankSnapshot
+
+    det, diags = AlignmentDetector(JOB), []
+    for t in range(1, 120):
+        for h in range(4):
+            ranks = [RankSnapshot("b" * 16, 4, h, 1, (OpCounters("AllReduce", t, t, t),))]
+            if t <= 60 + 10:  # killed at 60 (rank 2 one launch behind), reported 10 s more
+                cl = min(t, 60) - (1 if h == 2 and t >= 60 else 0)
+                ranks.append(RankSnapshot("a" * 16, 4, h, 0, (OpCounters("AllReduce", cl, cl, cl),)))
+            out = det.observe(CCLRecord(f"h{h:04d}", 1000.0 + t, tuple(ranks), job=JOB))
+            diags += out.diagnoses + det.advance(1000.0 + t).diagnoses
+    assert diags == []

@@ -143,6 +143,28 @@ def test_silent_rank_expires(sock_path: Path, sender: socket.socket) -> None:
         assert rx.collect(now=WALL / 1e9 + 31) is None
 
 
+def test_a_killed_process_disappears_within_seconds(receiver: CCLReceiver,
+                                                   sender: socket.socket, sock_path: Path) -> None:
+    """The plugin reports every interval even while stalled: an entry that stops being
+    refreshed is a process that is gone (killed, crashed), not a rank frozen in a hang."""
+    t0 = WALL / 1e9
+    for i in range(5):
+        _send(sender, sock_path, _snap(_entry(0), _entry(1), seq=i + 1, wall=WALL + i * 10**9))
+    receiver.poll()
+    assert receiver.collect(now=t0 + 13.9) is not None  # 10 s after the last report
+    assert receiver.collect(now=t0 + 14.1) is None
+
+
+def test_a_slow_sender_keeps_its_entries_for_three_of_its_intervals(
+        receiver: CCLReceiver, sender: socket.socket, sock_path: Path) -> None:
+    t0 = WALL / 1e9
+    for i in range(3):  # AEGIS_CCL_INTERVAL_MS=60000
+        _send(sender, sock_path, _snap(_entry(0), seq=i + 1, wall=WALL + i * 60 * 10**9))
+    receiver.poll()
+    assert receiver.collect(now=t0 + 120 + 179) is not None
+    assert receiver.collect(now=t0 + 120 + 181) is None
+
+
 def test_nothing_received_gives_none(receiver: CCLReceiver) -> None:
     assert receiver.poll() == []
     assert receiver.collect(now=1.0) is None

@@ -35,13 +35,33 @@ def test_a_host_back_in_step_is_forgotten_and_one_host_jobs_follow_their_host() 
     assert solo.check("a", T0 + 900, T0) == ""
 
 
+def test_a_job_back_on_fewer_hosts_moves_on_after_lone_after_s() -> None:
+    """A 2-host job restarted on one host after a long gap: nobody else will agree. A burst
+    of lines from one skewed host spans no time, so it never qualifies."""
+    c = JobClock(300.0, lone_after_s=60.0)
+    c.check("a", T0, None)
+    c.check("b", T0, T0)
+    assert all(c.check("a", T0 + 900 + i * 0.001, T0) for i in range(100))  # a burst
+    assert c.check("a", T0 + 959, T0)
+    assert c.check("a", T0 + 960, T0) == ""
+
+
+def test_a_skewed_host_among_present_ones_never_moves_the_clock() -> None:
+    c = JobClock(300.0, lone_after_s=3.0)
+    c.check("a", T0, None)
+    c.check("b", T0, T0)
+    for i in range(10):
+        assert c.check("a", T0 + 3.2e7 + 2 * i, T0 + i)
+        assert c.check("b", T0 + i + 1, T0 + i) == ""  # b is present: a's streak restarts
+
+
 def test_state_round_trips() -> None:
     c = JobClock(300.0)
     c.check("a", T0, None)
     c.check("b", T0, T0)
     c.check("a", T0 + 900, T0)
     r = JobClock.restore(c.snapshot(), 300.0)
-    assert (r.hosts, r.ahead) == (c.hosts, c.ahead)
+    assert (r.hosts, r.ahead, r.streak) == (c.hosts, c.ahead, c.streak)
 
 
 def test_config_is_checked() -> None:
