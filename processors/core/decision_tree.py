@@ -69,6 +69,9 @@ class DecisionTree:
         self.recent: list[TreeEvent] = []  # degraded host-side events, for lookback
         self.incident: dict[str, Any] | None = None  # {"until", "hosts", "attached"}
         self.seen_hosts: set[str] = set()
+        # [first, last] "the job was stopped from outside" lines of the latest shutdown (lines
+        # under quiet_s apart belong to one: each host's agent logs its own)
+        self.terminated: list[float] | None = None
         self._job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
         self._ranks = inventory.ranks.get(job, {}) if inventory else {}
 
@@ -90,7 +93,12 @@ class DecisionTree:
             self.seen_hosts.add(record.host)
         inv = self.inventory.hosts.get(record.host) if self.inventory else None
         e = classify(record.line, record.source, inv, self.policy)
-        if is_trigger(e) or is_evidence(e):
+        if e.rule == "job_terminated":
+            if self.terminated is None or ts > self.terminated[1] + self.cfg.quiet_s:
+                self.terminated = [ts, ts]
+            else:
+                self.terminated = [min(ts, self.terminated[0]), max(ts, self.terminated[1])]
+        elif is_trigger(e) or is_evidence(e):
             self._ingest(TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu,
                                    e.peer, e.peer_rank, e.rank, e.device, e.action,
                                    record.line[: self.cfg.line_chars]), is_trigger(e))
@@ -126,7 +134,7 @@ class DecisionTree:
                 "burst": [list(astuple(e)) for e in self.burst],
                 "recent": [list(astuple(e)) for e in self.recent],
                 "incident": dict(self.incident) if self.incident else None,
-                "seen_hosts": sorted(self.seen_hosts)}
+                "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -144,6 +152,8 @@ class DecisionTree:
                        "absorb_until": float(inc.get("absorb_until", 0.0)),
                        "culprits": list(inc.get("culprits", inc["hosts"]))} if inc else None)
         t.seen_hosts = set(state.get("seen_hosts", []))
+        term = state.get("terminated")
+        t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
 
     # ---- bursts ---------------------------------------------------------------------------
@@ -190,6 +200,16 @@ class DecisionTree:
                               summary=f"application error ({app[0].rule}) on "
                                       f"{len({e.host for e in app})} host(s): fix the job, no isolation")
         dist = [e for e in events if e.cat == "distributed_symptom"]
+        start = min(e.ts for e in events)
+        # stopped from outside before the errors began (a second of slack): they are its
+        # shutdown. A kill that follows the errors (srun --kill-on-bad-exit after a crash)
+        # does not explain them.
+        if self.terminated is not None and start - self.cfg.quiet_s <= self.terminated[0] <= start + 1.0:
+            path.append("Terminated:hit")
+            return self._make("config", "job_terminated", events, dist or events, path, [],
+                              detected_ts, 0.6, summary="the job was stopped from outside "
+                              "(scheduler cancel, time limit, SIGTERM): the errors around it are "
+                              "its shutdown, no isolation")
         edges: list[Edge] = []
         if dist:
             involved, edges = self._endpoints(dist)

@@ -11,6 +11,24 @@ import re
 from processors.core.log_rules import Hit
 
 
+# ---- the job stopped from outside ---------------------------------------------------------
+def termination(line: str) -> Hit | None:
+    """The scheduler or an operator stopped the job: Slurm's ``*** JOB … CANCELLED AT …``
+    (time limit, preemption, scancel; not ``NODE FAILURE``), ``srun: Force Terminated``, and
+    torchrun's agent receiving SIGHUP/SIGINT/SIGTERM (``Received 15 death signal, shutting
+    down workers``; its ``Sending process … closing signal`` follows a worker's own failure
+    too, so it does not count). The connection errors of the shutdown are not a fault."""
+    if "death signal" in line:
+        if "shutting down workers" in line:
+            return Hit("other", "info", "job_terminated")
+        return None
+    if "ANCELLED AT" in line and "***" in line and "NODE FAIL" not in line:
+        return Hit("other", "info", "job_terminated")
+    if "Force Terminated" in line and "srun" in line:
+        return Hit("other", "info", "job_terminated")
+    return None
+
+
 # ---- PyTorch ProcessGroupNCCL, NCCL, sockets -----------------------------------------------
 def torch_watchdog(line: str) -> Hit | None:
     if "atchdog" not in line and "NCCL" not in line:
@@ -186,4 +204,4 @@ def cuda(line: str) -> Hit | None:
     return None
 
 
-SOFTWARE = (torch_watchdog, nccl, gpu_setup, cuda)
+SOFTWARE = (termination, torch_watchdog, nccl, gpu_setup, cuda)

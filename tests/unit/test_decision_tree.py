@@ -348,3 +348,29 @@ def test_a_two_host_job_names_its_other_host_for_an_unresolved_peer() -> None:
     tree = DecisionTree(JOB, inventory=inventory(2))
     (d,) = run(tree, [rec(60.0, "h01", reset("10.99.0.7"))], until=120.0)
     assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
+
+
+SIGTERM = ("W0409 07:28:49.530000 1359 torch/distributed/elastic/agent/server/api.py:719] "
+           "Received 15 death signal, shutting down workers")
+CANCELLED = "slurmstepd: error: *** STEP 494583.0 ON h00 CANCELLED AT 2024-04-20T09:09:37 ***"
+
+
+@pytest.mark.parametrize("line", [SIGTERM, CANCELLED])
+def test_a_job_stopped_from_outside_isolates_nobody(line: str) -> None:
+    """scancel / time limit / SIGTERM: the survivors' connection errors are the shutdown."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(100.0, "h00", line), rec(100.4, "h01", closed(ip(0))),
+            rec(100.6, "h02", reset(ip(0))), rec(101.0, "h03", closed(ip(0)))]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == "job_terminated" and d.evidence["actions"] == []
+    assert d.kind == "config" and d.evidence["path"][-1] == "Terminated:hit"
+
+
+def test_a_kill_after_the_errors_does_not_explain_them() -> None:
+    """srun --kill-on-bad-exit SIGTERMs the others after a crash: the errors came first."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(100.0, "h01", closed(ip(0))), rec(100.2, "h02", reset(ip(0))),
+            rec(100.4, "h03", closed(ip(0))), rec(102.5, "h02", SIGTERM)]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == "root_diag"
+    assert d.evidence["actions"][0][0].startswith("isolate") and d.evidence["actions"][0][1].startswith("h00")

@@ -263,3 +263,17 @@ def test_an_iommu_fault_is_degraded_only_on_one_of_the_hosts_gpus() -> None:
     assert classify(line).severity == "info"
     e = classify(line, host_inventory=inv)
     assert (e.category, e.severity, e.gpu) == ("pcie", "degraded", 0)
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("W0409 07:28:49.530000 1359 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
+     "death signal, shutting down workers", "job_terminated"),
+    ("slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 DUE TO "
+     "TIME LIMIT ***", "job_terminated"),
+    ("slurmstepd: error: *** JOB 1 ON n7 CANCELLED AT 2024-01-01T00:00:00 DUE TO NODE FAILURE ***",
+     "unmatched"),  # the node failed: not a stop from outside
+    ("W0409 07:28:49.531000 1359 torch/distributed/elastic/multiprocessing/api.py:897] Sending "
+     "process 1365 closing signal SIGTERM", "unmatched"),  # also after a worker's own failure
+])
+def test_a_stop_from_outside_is_recognised(line: str, rule: str) -> None:
+    assert classify(line).rule == rule
