@@ -213,7 +213,10 @@ class DecisionTree:
         edges: list[Edge] = []
         if dist:
             involved, edges = self._endpoints(dist)
-            named = sorted(h for h in involved if not h.startswith("?"))
+            # hosts of this job: its roster when the inventory has one, else the hosts that
+            # logged under its key (a host-keyed record has no job: its peers are not "of" it)
+            members = self._job_hosts or self.seen_hosts
+            named = sorted(h for h in involved if not h.startswith("?") and h in members)
             # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end, or be a
             # connection's own failure. Timeouts name nobody; in a 2-host job both hosts log
             # them whichever one failed, so they go on to RootDiag (and Phase 2), not

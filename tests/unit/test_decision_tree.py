@@ -374,3 +374,13 @@ def test_a_kill_after_the_errors_does_not_explain_them() -> None:
     (d,) = run(tree, recs, until=200.0)
     assert d.evidence["rule"] == "root_diag"
     assert d.evidence["actions"][0][0].startswith("isolate") and d.evidence["actions"][0][1].startswith("h00")
+
+
+def test_a_host_keyed_record_does_not_make_a_named_peer_a_job_host() -> None:
+    """Without a job id the agent keys records by host; a peer that host names is a host of
+    the cluster, not of that pseudo-job, so it is not "errors between 2 hosts"."""
+    inv = inventory(4)
+    tree = DecisionTree("h03", inventory=inv)  # the pseudo-job of h03 (no roster)
+    r = LogRecord(host="h03", ts=60.0, source="nccl", line=reset(ip(0)), job=None)
+    (d,) = run(tree, [r], until=120.0)
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
