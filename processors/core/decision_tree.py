@@ -72,6 +72,8 @@ class DecisionTree:
         # [first, last] "the job was stopped from outside" lines of the latest shutdown (lines
         # under quiet_s apart belong to one: each host's agent logs its own)
         self.terminated: list[float] | None = None
+        self.offline_at: float | None = None  # a burst headed for OfflineDiag is judged then
+        self._new_trigger = False
         self._job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
         self._ranks = inventory.ranks.get(job, {}) if inventory else {}
 
@@ -113,7 +115,18 @@ class DecisionTree:
             self.incident = None
         start = self._burst_start()
         if start is not None and self.watermark >= start + self.cfg.settle_s:
+            if self.offline_at is not None and self.watermark < self.offline_at \
+                    and not self._new_trigger:
+                return out  # waiting for Phase 2 (offline_wait_s)
+            self._new_trigger = False
             d = self._judge(self.burst, start + self.cfg.settle_s)
+            if d.evidence.get("rule") == "offline_diag":
+                if self.offline_at is None:
+                    self.offline_at = start + self.cfg.settle_s + self.cfg.offline_wait_s
+                if self.watermark < self.offline_at:
+                    return out
+                d = self._judge(self.burst, self.offline_at)
+            self.offline_at = None
             hosts = sorted({e.host for e in self.burst if e.host_fatal})
             last = max(e.ts for e in self.burst)
             absorb = last + self.cfg.absorb_s if d.kind in ("critical_error", "dist_error") else 0.0
@@ -125,16 +138,23 @@ class DecisionTree:
         return out
 
     def flush(self) -> Outputs:
-        """End of input (a file): judge a burst whose settle time runs past the last record."""
+        """End of input (a file): judge a burst whose settle (or offline wait) time runs past
+        the last record."""
         start = self._burst_start()
-        return self.advance(start + self.cfg.settle_s) if start is not None else Outputs()
+        if start is None:
+            return Outputs()
+        out = self.advance(start + self.cfg.settle_s)
+        if self.offline_at is not None:
+            out.extend(self.advance(self.offline_at))
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         return {"v": STATE_VERSION, "watermark": self.watermark,
                 "burst": [list(astuple(e)) for e in self.burst],
                 "recent": [list(astuple(e)) for e in self.recent],
                 "incident": dict(self.incident) if self.incident else None,
-                "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated}
+                "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
+                "offline_at": self.offline_at, "new_trigger": self._new_trigger}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -152,6 +172,9 @@ class DecisionTree:
                        "absorb_until": float(inc.get("absorb_until", 0.0)),
                        "culprits": list(inc.get("culprits", inc["hosts"]))} if inc else None)
         t.seen_hosts = set(state.get("seen_hosts", []))
+        off = state.get("offline_at")
+        t.offline_at = float(off) if off is not None else None
+        t._new_trigger = bool(state.get("new_trigger", False))
         term = state.get("terminated")
         t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
@@ -181,6 +204,7 @@ class DecisionTree:
                 self.recent = []
             if len(self.burst) < self.cfg.max_burst_events:
                 self.burst.append(ev)
+            self._new_trigger = self._new_trigger or (trigger and self.offline_at is not None)
             return
         self.recent = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s][-255:] + [ev]
 

@@ -29,6 +29,11 @@ class DecisionTreeConfig:
     # long after it are its consequences, not new incidents: watchdogs fire 10-30 min late
     absorb_s: float = 1800.0
     lookback_s: float = 30.0  # degraded host events this old still join a new burst
+    # OfflineDiag is the last resort (Aegis Alg. 1, after Phase 2): a burst the logs cannot
+    # localise waits this long, so the CCL detectors can name the culprit first and the
+    # guard refuses the offline test as already_localised (also when the logs topic is
+    # consumed ahead of the CCL topic); a finding that arrives meanwhile takes precedence
+    offline_wait_s: float = 120.0
     max_lateness_s: float = 300.0  # older records are rejected as late
     max_burst_events: int = 5000
     evidence_lines: int = 5

@@ -211,8 +211,9 @@ def test_incident_is_diagnosed_once_until_quiet() -> None:
 def test_no_pattern_goes_offline() -> None:
     tree = DecisionTree(JOB, inventory=inventory(6))
     recs = [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]
-    (d,) = run(tree, recs, until=100.0)
-    assert d.kind == "offline_needed"
+    assert run(tree, recs, until=134.9) == []  # OfflineDiag waits offline_wait_s for Phase 2
+    (d,) = tree.advance(135.0).diagnoses
+    assert d.kind == "offline_needed" and d.detected_ts == 135.0 and d.event_ts == 10.0
     assert d.evidence["path"][-1] == "OfflineDiag"
     assert d.evidence["actions"] == [["run_offline_diag", JOB]]
 
@@ -299,7 +300,7 @@ def test_two_host_job_timeouts_alone_isolate_nobody() -> None:
     other end, so this is not "errors between 2 hosts" (Phase 2 localises such hangs)."""
     tree = DecisionTree(JOB, inventory=inventory(2))
     recs = [rec(100.0 + 0.3 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(2)]
-    (d,) = run(tree, recs, until=200.0)
+    (d,) = run(tree, recs, until=300.0)
     assert d.evidence["path"][:2] == ["CriticalError:miss", "DistError:2hosts"]
     assert d.kind != "dist_error"
     assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
@@ -384,3 +385,20 @@ def test_a_host_keyed_record_does_not_make_a_named_peer_a_job_host() -> None:
     r = LogRecord(host="h03", ts=60.0, source="nccl", line=reset(ip(0)), job=None)
     (d,) = run(tree, [r], until=120.0)
     assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+
+
+def test_a_finding_during_the_offline_wait_takes_precedence() -> None:
+    """Timeouts alone head for OfflineDiag; an XID 79 logged during the wait is judged at
+    once (its own settle time), and the offline test never goes out."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]
+    assert run(tree, recs, until=60.0) == []
+    (d,) = run(tree, [rec(61.0, "h04", xid79(), "kernel")], until=300.0)
+    assert d.kind == "critical_error" and d.culprits.hosts == ("h04",)
+
+
+def test_flush_judges_a_burst_still_waiting_for_offline() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    assert run(tree, [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]) == []
+    (d,) = tree.flush().diagnoses
+    assert d.kind == "offline_needed" and d.detected_ts == 135.0

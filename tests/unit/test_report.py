@@ -66,7 +66,7 @@ def _sim(tmp, scenario, **kw):
 @pytest.fixture(scope="module")
 def hang(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    path, sim = _sim(tmp, "compute_hang", duration_s=300, fault_at_s=60)
+    path, sim = _sim(tmp, "compute_hang", duration_s=360, fault_at_s=60)  # the tree: +245 s
     out, html = tmp / "out.jsonl", tmp / "report.html"
     assert replay.main([path, "-o", str(out), "--report", str(html),
                         "--truth", str(tmp / "compute_hang.truth.json")]) == 0
