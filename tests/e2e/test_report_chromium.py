@@ -72,7 +72,7 @@ def make_report(tmp: Path, name: str, scenario: str, extra: list[str], **kw: flo
 
 
 @pytest.mark.parametrize("name,scenario,extra,kw,kinds", [
-    ("compute_hang", "compute_hang", [], {"duration_s": 300, "fault_at_s": 60},
+    ("compute_hang", "compute_hang", [], {"duration_s": 360, "fault_at_s": 60},
      ("timeline", "degradation", "tree-path", "heatmap")),
     ("nic_ecn", "nic_ecn", ["--policy", "SHORT"], {"duration_s": 400, "fault_at_s": 60},
      ("timeline", "degradation", "metric", "heatmap")),
