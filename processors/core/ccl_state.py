@@ -14,15 +14,13 @@ Plain state only; ``to_wire``/``from_wire`` give msgpack/JSON-able lists.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from processors.core.base import link_id, nic_id
 from schemas.inventory import Inventory
 from schemas.records import RankSnapshot
-
-TorOf = Callable[[str, int], str]
 
 
 @dataclass(slots=True)
@@ -190,7 +188,7 @@ def gpu_nic_id(inventory: Inventory | None, host: str, gpu: int) -> str:
 
 class NicLookup:
     """GPU → NIC and NIC → ToR from an optional Inventory. Calling it gives the ToR switch
-    of the NIC GPU ``gpu`` of ``host`` uses, "tor" if unknown (a :data:`TorOf`)."""
+    of the NIC GPU ``gpu`` of ``host`` uses, "tor" if unknown."""
 
     def __init__(self, inventory: Inventory | None) -> None:
         self.inventory = inventory
@@ -211,20 +209,15 @@ def tor_lookup(inventory: Inventory | None) -> NicLookup:
     return NicLookup(inventory)
 
 
-def _nic_of(tor_of: TorOf) -> Callable[[str, int], str]:
-    return tor_of.nic if isinstance(tor_of, NicLookup) else nic_id
-
-
-def links_for(loc: Localisation, roster: CommRoster, comm: str, tor_of: TorOf,
+def links_for(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicLookup,
               max_links: int) -> tuple[list[str], list[str], list[str]]:
     """(links, hosts, suspect NICs) for a localisation in ``comm``: a suspect rank's
     NIC↔ToR link, or the NIC↔NIC link of a troubled pair. A rank's NIC is the one its GPU
-    uses (``tor_of.nic`` when ``tor_of`` comes from :func:`tor_lookup`, else GPU i uses
-    NIC i). Unknown ranks are skipped."""
+    uses (``tor_of.nic``). Unknown ranks are skipped."""
     links: list[str] = []
     hosts: set[str] = set()
     nics: list[str] = []
-    nic_of = _nic_of(tor_of)
+    nic_of = tor_of.nic
     for r in loc.suspects:
         m = roster.place(comm, r)
         if m is not None:

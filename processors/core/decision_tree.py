@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, link_id, make_diagnosis, nic_id
+from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
 from processors.core.tree_events import (
@@ -45,6 +45,7 @@ from processors.core.tree_events import (
     is_evidence,
     is_trigger,
 )
+from processors.core.tree_peers import JobPeers, suspect_links
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -74,8 +75,7 @@ class DecisionTree:
         self.terminated: list[float] | None = None
         self.offline_at: float | None = None  # a burst headed for OfflineDiag is judged then
         self._new_trigger = False
-        self._job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
-        self._ranks = inventory.ranks.get(job, {}) if inventory else {}
+        self.peers = JobPeers(job, inventory, self.seen_hosts)
 
     # ---- contract ------------------------------------------------------------------------
     def observe(self, record: LogRecord) -> Outputs:
@@ -171,7 +171,7 @@ class DecisionTree:
                        "attached": int(inc["attached"]),
                        "absorb_until": float(inc.get("absorb_until", 0.0)),
                        "culprits": list(inc.get("culprits", inc["hosts"]))} if inc else None)
-        t.seen_hosts = set(state.get("seen_hosts", []))
+        t.seen_hosts.update(state.get("seen_hosts", []))  # the set JobPeers shares
         off = state.get("offline_at")
         t.offline_at = float(off) if off is not None else None
         t._new_trigger = bool(state.get("new_trigger", False))
@@ -235,11 +235,10 @@ class DecisionTree:
                               "(scheduler cancel, time limit, SIGTERM): the errors around it are "
                               "its shutdown, no isolation")
         edges: list[Edge] = []
+        stray: set[str] = set()
         if dist:
-            involved, edges = self._endpoints(dist)
-            # hosts of this job: its roster when the inventory has one, else the hosts that
-            # logged under its key (a host-keyed record has no job: its peers are not "of" it)
-            members = self._job_hosts or self.seen_hosts
+            involved, edges, stray = self.peers.endpoints(dist)
+            members = self.peers.members
             named = sorted(h for h in involved if not h.startswith("?") and h in members)
             # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end, or be a
             # connection's own failure. Timeouts name nobody; in a 2-host job both hosts log
@@ -247,8 +246,8 @@ class DecisionTree:
             # isolate-both.
             between = any(e.peer is not None or e.peer_rank is not None
                           or e.rule.split("_", 1)[-1] in CONNECTION_RULES for e in dist)
-            if len(named) == 1 and len(involved) == 2 and len(self._job_hosts) == 2:
-                named = sorted(self._job_hosts)  # the unresolved end of a 2-host job's link
+            if len(named) == 1 and len(involved) == 2 and len(self.peers.job_hosts) == 2:
+                named = sorted(self.peers.job_hosts)  # the unresolved end of a 2-host job's link
             # both ends must be hosts we can name: a peer outside the job (a storage server,
             # an address no inventory lists) does not make the one reporter a culprit
             if len(involved) == 2 and len(named) == 2 and between:
@@ -259,13 +258,13 @@ class DecisionTree:
                                   summary=f"distributed errors between {' and '.join(named)}: isolate both")
             path.append(f"DistError:{len(involved)}hosts")
             suspects = sorted({e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
-            centre = root_of(edges, suspects, self._job_hosts or frozenset(self.seen_hosts),
+            centre = root_of(edges, suspects, self.peers.job_hosts or frozenset(self.seen_hosts),
                              {e.host for e in dist}, self.cfg.root_min_share)
             if centre is not None:
                 host, gpu, why = centre
                 path.append(f"RootDiag:{why}")
                 target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
-                key = [e for e in dist if e.host == host or self._peer_host(e)[0] == host] or dist
+                key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
                 return self._make("dist_error", "root_diag", events, key, path,
                                   [target, ["restart_job", self.job]], detected_ts, 0.75,
                                   hosts=[host] if gpu is None else [],
@@ -278,7 +277,7 @@ class DecisionTree:
         if config:
             return self._config(events, config, path, detected_ts)
         path.append("ConfigCheck:miss")
-        links = self._suspect_links(events, edges, dist)
+        links = suspect_links(events, edges, stray)
         if links:
             path.append("NetDiag:hit")
             return self._make("hang_network", "net_diag", events, dist or events, path,
@@ -319,7 +318,7 @@ class DecisionTree:
                 detected_ts: float) -> Diagnosis:
         path.append("ConfigCheck:hit")
         cfg_hosts = sorted({e.host for e in config})
-        pool = self._job_hosts or {e.host for e in events}
+        pool = self.peers.job_hosts or {e.host for e in events}
         systemic = len(cfg_hosts) >= max(1, math.ceil(self.cfg.config_majority * len(pool)))
         rule = Counter(e.rule for e in config).most_common(1)[0][0]
         acts = [["rollback_update", self.job]] if systemic and rule in UPDATE_RULES else []
@@ -337,60 +336,7 @@ class DecisionTree:
             return True
         if ev.peer is None and ev.peer_rank is None:
             return True
-        return self._peer_host(ev)[0] in culprits
-
-    def _peer_host(self, e: TreeEvent) -> tuple[str | None, int | None]:
-        if e.peer_rank is not None and e.peer_rank in self._ranks:
-            return self._ranks[e.peer_rank]
-        if not e.peer:
-            return None, None
-        if e.peer.startswith("[") and "]" in e.peer:  # [ipv6]:port
-            addr = e.peer[1:e.peer.index("]")]
-        else:
-            addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
-        inv = self.inventory
-        if inv is not None:
-            host = inv.host_for_ip(addr)
-            if host is not None:
-                return host, inv.hosts[host].gpu_for_ip(addr)
-            if addr in inv.hosts:
-                return addr, None
-        for name in (addr, addr.split(".")[0]):
-            if name in self._job_hosts or name in self.seen_hosts:
-                return name, None
-        return None, None
-
-    def _own_gpu(self, e: TreeEvent) -> int | None:
-        if e.rank is not None and e.rank in self._ranks and self._ranks[e.rank][0] == e.host:
-            return self._ranks[e.rank][1]
-        return e.gpu
-
-    def _endpoints(self, dist: list[TreeEvent]) -> tuple[set[str], list[Edge]]:
-        involved = {e.host for e in dist}
-        edges: list[Edge] = []
-        unresolved: set[str] = set()
-        for e in dist:
-            ph, pg = self._peer_host(e)
-            if ph is not None:
-                involved.add(ph)
-                if ph != e.host:
-                    edges.append((e.ts, (e.host, self._own_gpu(e)), (ph, pg)))
-            elif e.peer:
-                unresolved.add("?" + e.peer.rsplit(":", 1)[0])
-        if len(involved) == 1:
-            involved |= unresolved
-        return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0]))
-
-    def _suspect_links(self, events: Sequence[TreeEvent], edges: Sequence[Edge],
-                       dist: Sequence[TreeEvent] = ()) -> list[str]:
-        """Links of resolved connection errors, NICs that logged faults, and a reporter's
-        link to a peer address outside the job (a connection to a host we cannot name)."""
-        links = {link_id(a[0], b[0]) for _, a, b in edges}
-        links |= {link_id(e.host, e.peer.rsplit(":", 1)[0]) for e in dist
-                  if e.peer and self._peer_host(e)[0] is None}
-        links |= {nic_id(e.host, e.device) if e.device else e.host
-                  for e in events if e.cat == "nic_or_link"}
-        return sorted(links)
+        return self.peers.host_of(ev)[0] in culprits
 
     # ---- output ---------------------------------------------------------------------------
     def _make(self, kind: str, rule: str, events: Sequence[TreeEvent], key: Sequence[TreeEvent], path: list[str],

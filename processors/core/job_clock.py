@@ -19,7 +19,7 @@ from typing import Any
 
 from schemas.errors import ConfigError
 
-HOSTS_KEPT = 4096  # hosts remembered per job (only their count matters, up to 2)
+HOSTS_KEPT = 2  # hosts remembered per job: only "one, or more than one" matters
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,89 @@
+"""Who a distributed symptom connects (Aegis Alg. 1 DistError / RootDiag / NetDiag): the host
+and GPU a log line's peer address or rank names, the failed connections (edges) of a burst,
+and the links NetDiag should check. Used by :class:`processors.core.decision_tree.DecisionTree`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+
+from processors.core.base import link_id, nic_id
+from processors.core.root_diag import Edge
+from processors.core.tree_events import TreeEvent
+from schemas.inventory import Inventory
+
+
+class JobPeers:
+    """Resolves peers against the inventory, the job's rank map and roster, and the hosts
+    that logged under the job's key (``seen``, shared with the tree and grown by it)."""
+
+    def __init__(self, job: str, inventory: Inventory | None, seen: set[str]) -> None:
+        self.inventory = inventory
+        self.job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
+        self.ranks = inventory.ranks.get(job, {}) if inventory else {}
+        self.seen = seen
+
+    @property
+    def members(self) -> frozenset[str] | set[str]:
+        """Hosts of the job: its roster when the inventory has one, else the hosts that
+        logged under its key (a host-keyed record has no job: its peers are not "of" it)."""
+        return self.job_hosts or self.seen
+
+    def host_of(self, e: TreeEvent) -> tuple[str | None, int | None]:
+        """(host, GPU or None) of the other end a line names, or (None, None)."""
+        if e.peer_rank is not None and e.peer_rank in self.ranks:
+            return self.ranks[e.peer_rank]
+        if not e.peer:
+            return None, None
+        if e.peer.startswith("[") and "]" in e.peer:  # [ipv6]:port
+            addr = e.peer[1:e.peer.index("]")]
+        else:
+            addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
+        inv = self.inventory
+        if inv is not None:
+            host = inv.host_for_ip(addr)
+            if host is not None:
+                return host, inv.hosts[host].gpu_for_ip(addr)
+            if addr in inv.hosts:
+                return addr, None
+        for name in (addr, addr.split(".")[0]):
+            if name in self.job_hosts or name in self.seen:
+                return name, None
+        return None, None
+
+    def own_gpu(self, e: TreeEvent) -> int | None:
+        if e.rank is not None and e.rank in self.ranks and self.ranks[e.rank][0] == e.host:
+            return self.ranks[e.rank][1]
+        return e.gpu
+
+    def endpoints(self, dist: Sequence[TreeEvent]) -> tuple[set[str], list[Edge], set[str]]:
+        """(hosts involved, failed connections, links to peer addresses no host answers to).
+        A lone reporter's unresolved peers count as involved (``?addr``)."""
+        involved = {e.host for e in dist}
+        edges: list[Edge] = []
+        unresolved: set[str] = set()
+        stray: set[str] = set()
+        for e in dist:
+            ph, pg = self.host_of(e)
+            if ph is not None:
+                involved.add(ph)
+                if ph != e.host:
+                    edges.append((e.ts, (e.host, self.own_gpu(e)), (ph, pg)))
+            elif e.peer:
+                addr = e.peer.rsplit(":", 1)[0]
+                unresolved.add("?" + addr)
+                stray.add(link_id(e.host, addr))
+        if len(involved) == 1:
+            involved |= unresolved
+        return involved, sorted(edges, key=lambda x: (x[0], x[1][0], x[2][0])), stray
+
+
+def suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge],
+                  stray: AbstractSet[str] = frozenset()) -> list[str]:
+    """Links of resolved connection errors, NICs that logged faults, and a reporter's link to
+    a peer address outside the job (a connection to a host we cannot name)."""
+    links = {link_id(a[0], b[0]) for _, a, b in edges} | stray
+    links |= {nic_id(e.host, e.device) if e.device else e.host
+              for e in events if e.cat == "nic_or_link"}
+    return sorted(links)

@@ -1,0 +1,93 @@
+"""The Phase 1 decision tree at the edges of a job's life and of its roster: peers outside the
+job, host-keyed records, a job stopped from outside, and OfflineDiag's wait for Phase 2. The
+log formats and helpers are test_decision_tree's."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.core.decision_tree import DecisionTree
+from schemas.records import LogRecord
+from tests.unit.test_decision_tree import (
+    JOB,
+    closed,
+    ib_completion,
+    inventory,
+    ip,
+    rec,
+    reset,
+    run,
+    watchdog,
+    xid79,
+)
+
+
+def test_a_peer_outside_the_job_makes_nobody_a_culprit() -> None:
+    """One host's connection error to an address no inventory lists (a storage server, a
+    stray endpoint): not "errors between 2 hosts", so no isolation; NetDiag checks that link."""
+    tree = DecisionTree(JOB, inventory=inventory(5))
+    (d,) = run(tree, [rec(60.0, "h01", ib_completion("10.200.1.1"))], until=120.0)
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+    assert d.kind == "hang_network"
+    assert d.evidence["actions"] == [["run_netdiag", "10.200.1.1<->h01"]]
+
+
+def test_a_two_host_job_names_its_other_host_for_an_unresolved_peer() -> None:
+    """In a 2-host job the other end of a failed connection is the other host, even when the
+    address the line names is not in the inventory (a NAT, an alias)."""
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    (d,) = run(tree, [rec(60.0, "h01", reset("10.99.0.7"))], until=120.0)
+    assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
+
+
+SIGTERM = ("W0409 07:28:49.530000 1359 torch/distributed/elastic/agent/server/api.py:719] "
+           "Received 15 death signal, shutting down workers")
+CANCELLED = "slurmstepd: error: *** STEP 494583.0 ON h00 CANCELLED AT 2024-04-20T09:09:37 ***"
+
+
+@pytest.mark.parametrize("line", [SIGTERM, CANCELLED])
+def test_a_job_stopped_from_outside_isolates_nobody(line: str) -> None:
+    """scancel / time limit / SIGTERM: the survivors' connection errors are the shutdown."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(100.0, "h00", line), rec(100.4, "h01", closed(ip(0))),
+            rec(100.6, "h02", reset(ip(0))), rec(101.0, "h03", closed(ip(0)))]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == "job_terminated" and d.evidence["actions"] == []
+    assert d.kind == "config" and d.evidence["path"][-1] == "Terminated:hit"
+
+
+def test_a_kill_after_the_errors_does_not_explain_them() -> None:
+    """srun --kill-on-bad-exit SIGTERMs the others after a crash: the errors came first."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(100.0, "h01", closed(ip(0))), rec(100.2, "h02", reset(ip(0))),
+            rec(100.4, "h03", closed(ip(0))), rec(102.5, "h02", SIGTERM)]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == "root_diag"
+    assert d.evidence["actions"][0][0].startswith("isolate") and d.evidence["actions"][0][1].startswith("h00")
+
+
+def test_a_host_keyed_record_does_not_make_a_named_peer_a_job_host() -> None:
+    """Without a job id the agent keys records by host; a peer that host names is a host of
+    the cluster, not of that pseudo-job, so it is not "errors between 2 hosts"."""
+    inv = inventory(4)
+    tree = DecisionTree("h03", inventory=inv)  # the pseudo-job of h03 (no roster)
+    r = LogRecord(host="h03", ts=60.0, source="nccl", line=reset(ip(0)), job=None)
+    (d,) = run(tree, [r], until=120.0)
+    assert not any(a[0].startswith("isolate") for a in d.evidence["actions"])
+
+
+def test_a_finding_during_the_offline_wait_takes_precedence() -> None:
+    """Timeouts alone head for OfflineDiag; an XID 79 logged during the wait is judged at
+    once (its own settle time), and the offline test never goes out."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]
+    assert run(tree, recs, until=60.0) == []
+    (d,) = run(tree, [rec(61.0, "h04", xid79(), "kernel")], until=300.0)
+    assert d.kind == "critical_error" and d.culprits.hosts == ("h04",)
+
+
+def test_flush_judges_a_burst_still_waiting_for_offline() -> None:
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    assert run(tree, [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]) == []
+    (d,) = tree.flush().diagnoses
+    assert d.kind == "offline_needed" and d.detected_ts == 135.0
