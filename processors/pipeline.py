@@ -147,17 +147,34 @@ class InputProcessor:
         if clock is None:
             icfg = self.config.section("input")
             clock = self._clocks[job] = JobClock(icfg.max_future_s, icfg.lone_after_s)
-        skew = clock.check(rec.host, rec.ts, self._watermark.get(job))
+        watermark = self._watermark.get(job)
+        restart: list[Rejection] = []
+        skewed = clock.restarts(rec.host, rec.ts, watermark)
+        if skewed is not None and watermark is not None:
+            dets = self._restart(job)
+            restart = [Rejection(self.kind, job, skewed, "clock_skew", (
+                f"the job's first host set its clock to {watermark:.3f}, {watermark - rec.ts:.0f}s "
+                f"ahead of host {rec.host}: the job's detectors start over at {rec.ts:.3f}"),
+                watermark)]
+            watermark = None
+        skew = clock.check(rec.host, rec.ts, watermark)
         if skew:  # a lone host far ahead must not move the job's clock (and blind the rest)
             return Outputs(rejections=[Rejection(self.kind, job, rec.host, "clock_skew", skew,
                                                  rec.ts)])
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now
-        out = Outputs()
+        out = Outputs(rejections=restart)
         for det in dets.values():
             out.extend(det.observe(rec))
             out.extend(det.advance(now))
         return out
+
+    def _restart(self, job: str) -> dict[str, Any]:
+        """The job's first host was far ahead of the others (JobClock.restarts): what its
+        records built is dropped, and the job's detectors start over."""
+        self._watermark.pop(job, None)
+        dets = self._jobs[job] = {n: self._new(c, job) for n, c in self._types}
+        return dets
 
     # -- state -------------------------------------------------------------------------
     def snapshot(self, job: str) -> bytes:

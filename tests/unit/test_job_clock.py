@@ -89,3 +89,46 @@ def test_a_skewed_record_does_not_blind_the_decision_tree() -> None:
     assert rejected == ["clock_skew"]
     assert [d.kind for d in diags] == ["critical_error"]
     assert InputProcessor("logs").restore("j", proc.snapshot("j"))  # the clock is in the state
+
+
+def test_a_skewed_first_host_is_found_when_another_host_is_far_behind_it() -> None:
+    c = JobClock(300.0, lone_after_s=60.0)
+    assert c.check("a", T0 + 3.2e7, None) == ""  # nobody can disagree yet
+    assert c.restarts("a", T0 + 3.2e7 + 1, T0 + 3.2e7) is None  # the same host
+    assert c.restarts("b", T0, T0 + 3.2e7) == "a"
+    assert c.check("b", T0, None) == ""  # the clock starts over at b
+    assert "ahead of the job clock" in c.check("a", T0 + 3.2e7 + 2, T0)
+    assert c.check("c", T0 + 1, T0) == "" and c.confirmed
+    assert c.restarts("d", T0 - 3.2e7, T0 + 1) is None  # settled: a host behind is late
+
+
+def test_a_first_host_alone_for_lone_after_s_keeps_its_clock() -> None:
+    c = JobClock(300.0, lone_after_s=60.0)
+    for i in range(61):
+        c.check("a", T0 + i, T0 + i - 1 if i else None)
+    assert c.restarts("b", T0 - 3600, T0 + 60) is None
+    r = JobClock.restore({"hosts": ["a", "b"], "ahead": {}, "streak": {}}, 300.0)
+    assert r.confirmed and r.restarts("c", T0 - 3600, T0) is None  # older state is settled
+    fresh = JobClock(300.0)
+    fresh.check("a", T0, None)
+    back = JobClock.restore(fresh.snapshot(), 300.0)
+    assert (back.leader, back.lead_from, back.confirmed) == ("a", T0, False)
+
+
+def test_a_skewed_first_record_does_not_blind_the_decision_tree() -> None:
+    """The job's very first record came from a host a year ahead: every honest record after
+    it used to be late, and the XID was missed."""
+    proc = InputProcessor("logs")
+    res = proc.handle(encode(LogRecord("h2", T0 + 3.2e7, "agent", "heartbeat", job="j")))
+    assert res.rejections == []
+    rejected, diags = [], []
+    for i in range(60):
+        for h in ("h1", "h2", "h3"):
+            ts = T0 + 3.2e7 + i if h == "h2" else T0 + i
+            line = XID79 if (h == "h1" and i == 31) else "heartbeat"
+            res = proc.handle(encode(LogRecord(h, ts, "kernel", line, job="j")))
+            diags += res.diagnoses
+            rejected += [(r.reason, r.host) for r in res.rejections]
+    diags += proc.flush("j")
+    assert set(rejected) == {("clock_skew", "h2")} and len(rejected) == 61
+    assert [d.kind for d in diags] == ["critical_error"]
