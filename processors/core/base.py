@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas.records import Culprits, Diagnosis, diagnosis_id
+
+if TYPE_CHECKING:
+    from schemas.inventory import Inventory
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,21 @@ def gpu_id(host: str, gpu: int) -> str:
 def nic_id(host: str, nic: int | str) -> str:
     """Culprit name of a NIC port: ``h017/nic3`` (index) or ``h017/mlx5_3`` (device name)."""
     return f"{host}/nic{nic}" if isinstance(nic, int) else f"{host}/{nic}"
+
+
+def nic_named(inventory: Inventory | None, host: str, device: str) -> str:
+    """Culprit name of a NIC a record or log line calls ``device`` (``mlx5_4``): ``h/nicN``
+    with N its index in the host's listed ``nics``, as the CCL detectors count; a device
+    those ``nics`` lack keeps its name (``h/mlx5_0``, a management port beside the rails);
+    with no NICs listed, the digits of the name (``mlx5_3`` → ``h/nic3``)."""
+    hi = inventory.hosts.get(host) if inventory is not None else None
+    if hi is not None and hi.nics:
+        if device in hi.nics:
+            return nic_id(host, hi.nics.index(device))
+        bare = [n.partition("/")[0] for n in hi.nics]  # "mlx5_4/1" lists device/port
+        return nic_id(host, bare.index(device) if bare.count(device) == 1 else device)
+    tail = device[5:] if device.startswith("mlx5_") else device
+    return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, device)
 
 
 def link_id(a: str, b: str) -> str:

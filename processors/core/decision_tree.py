@@ -277,7 +277,7 @@ class DecisionTree:
         if config:
             return self._config(events, config, path, detected_ts)
         path.append("ConfigCheck:miss")
-        links = suspect_links(events, edges, stray)
+        links = suspect_links(events, edges, stray, self.inventory)
         if links:
             path.append("NetDiag:hit")
             return self._make("hang_network", "net_diag", events, dist or events, path,

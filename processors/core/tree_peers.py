@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
-from processors.core.base import link_id, nic_id
+from processors.core.base import link_id, nic_named
 from processors.core.root_diag import Edge
 from processors.core.tree_events import TreeEvent
 from schemas.inventory import Inventory
@@ -80,10 +80,12 @@ class JobPeers:
 
 
 def suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge],
-                  stray: AbstractSet[str] = frozenset()) -> list[str]:
-    """Links of resolved connection errors, NICs that logged faults, and a reporter's link to
-    a peer address outside the job (a connection to a host we cannot name)."""
+                  stray: AbstractSet[str] = frozenset(),
+                  inventory: Inventory | None = None) -> list[str]:
+    """Links of resolved connection errors, NICs that logged faults (named as every detector
+    names them, ``base.nic_named``), and a reporter's link to a peer address outside the job
+    (a connection to a host we cannot name)."""
     links = {link_id(a[0], b[0]) for _, a, b in edges} | stray
-    links |= {nic_id(e.host, e.device) if e.device else e.host
+    links |= {nic_named(inventory, e.host, e.device) if e.device else e.host
               for e in events if e.cat == "nic_or_link"}
     return sorted(links)

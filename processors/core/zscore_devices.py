@@ -9,24 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import gpu_id, nic_id
+from processors.core.base import gpu_id, nic_named
 from schemas.inventory import Inventory
 from schemas.metrics import Direction, metrics_for
 
 
 def device_name(host: str, kind: str, local: str, alone: bool,
                 inventory: Inventory | None = None) -> str:
-    """Culprit name of a reported device: ``h/gpu3``, ``h``, and ``h/nicN`` for a NIC: N is
-    its index in the Inventory's ``nics`` of the host (as ``correlate.tor_for`` and the CCL
-    detectors count), else the digits of its name (``mlx5_3`` → nic3)."""
+    """Culprit name of a reported device: ``h/gpu3``, ``h``, and for a NIC ``nic_named``."""
     if kind == "gpu":
         return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
     if kind == "nic":
-        hi = inventory.hosts.get(host) if inventory is not None else None
-        if hi is not None and local in hi.nics:
-            return nic_id(host, hi.nics.index(local))
-        tail = local[5:] if local.startswith("mlx5_") else local
-        return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, local)
+        return nic_named(inventory, host, local)
     return host if alone or local in ("", "host", host) else f"{host}/{local}"
 
 

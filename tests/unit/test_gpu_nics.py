@@ -168,7 +168,7 @@ NAMES = tuple(f"mlx5_{i + 1}" for i in range(8))  # mlx5_1..mlx5_8 at index 0..7
 
 @pytest.mark.parametrize(("local", "with_inv", "name"), [
     ("mlx5_4", True, "h1/nic3"), ("mlx5_1", True, "h1/nic0"), ("mlx5_8", True, "h1/nic7"),
-    ("mlx5_0", True, "h1/nic0"),  # not listed: the digits
+    ("mlx5_0", True, "h1/mlx5_0"),  # not one of the listed rails (a management port)
     ("mlx5_4", False, "h1/nic4"), ("eth0", True, "h1/eth0"),
 ])
 def test_zscore_names_a_nic_by_its_inventory_index(local: str, with_inv: bool,
@@ -201,3 +201,23 @@ def test_zscore_and_tor_agree_on_mlx5_1_to_8(with_inv: bool) -> None:
     want = "h0005/nic3<->tor-r3" if with_inv else "h0005/nic4<->tor"
     assert d.culprits.links == (want,)
     assert d.evidence["device"] == want.split("<->")[0]
+
+
+def test_log_and_telemetry_name_a_nic_the_same_way() -> None:
+    """The tree's NetDiag names a NIC a log line mentions as Z-score and the CCL detectors do."""
+    from processors.core.base import nic_named
+    from processors.core.tree_events import TreeEvent
+    from processors.core.tree_peers import suspect_links
+
+    inv = Inventory()
+    inv.add_host(HostInventory("h1", nics=NAMES))
+    inv.add_host(HostInventory("h3", nics=("mlx5_0/1", "mlx5_1/1")))
+    assert nic_named(inv, "h1", "mlx5_4") == "h1/nic3"
+    assert nic_named(inv, "h1", "mlx5_0") == "h1/mlx5_0"
+    assert nic_named(inv, "h3", "mlx5_1") == "h3/nic1"  # listed as device/port
+    assert nic_named(None, "h2", "mlx5_4") == "h2/nic4"
+    assert nic_named(inv, "h2", "ib0") == "h2/ib0"
+    ev = TreeEvent(ts=0.0, host="h1", cat="nic_or_link", sev="degraded", rule="mlx5_link_down",
+                   xid=None, gpu=None, peer=None, peer_rank=None, rank=None, device="mlx5_4",
+                   action="", line="mlx5_core: mlx5_4: Link down")
+    assert suspect_links([ev], [], frozenset(), inv) == ["h1/nic3"]
