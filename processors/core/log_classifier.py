@@ -28,6 +28,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import orjson
+
 from processors.core import log_rules
 from processors.core.log_rules_software import SOFTWARE
 from processors.core.xid_policy import XidPolicy, default_policy
@@ -45,6 +47,7 @@ _RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
 _GROUPS = (*log_rules.HARDWARE, *SOFTWARE)
 _NCCL_FIRST = (*SOFTWARE, *log_rules.HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
 _PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes (SGR) and other CSI sequences
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,34 @@ def _classify(line: str, inv: HostInventory | None, policy: XidPolicy) -> LogEve
     return OTHER
 
 
+def _json_message(line: str) -> str:
+    """The message of a Docker json-file record (``{"log": "...\\n", ...}``) or of a
+    ``journalctl -o json`` record (``MESSAGE``, a string or, for non-UTF-8, a list of bytes);
+    any other line is returned as it is."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return line
+    msg = obj.get("log", obj.get("MESSAGE")) if isinstance(obj, dict) else None
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    return msg.rstrip("\r\n") if isinstance(msg, str) else line
+
+
+def unframe(line: str) -> str:
+    """Undo the framings that change a line's text, not just prefix it: Docker's and
+    journald's JSON records (whose escapes hide ``<port>`` and quotes), ANSI colour codes
+    and NUL bytes. Prefixes (dmesg and syslog timestamps, CRI, srun, ``[rank3]:``) need
+    nothing: the rules look for substrings anywhere in the line."""
+    if line.startswith("{") and ('"log":' in line or '"MESSAGE":' in line):
+        line = _json_message(line)
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if "\x00" in line:
+        line = line.replace("\x00", " ")
+    return line
+
+
 def classify(line: str, source: str | None = None, host_inventory: HostInventory | None = None,
              policy: XidPolicy | None = None) -> LogEvent:
     """Classify one log line. ``source`` (kernel, training, nccl, agent, dcgm) is a hint only:
@@ -154,6 +185,7 @@ def classify(line: str, source: str | None = None, host_inventory: HostInventory
         if not isinstance(line, str):
             line = (line.decode("utf-8", "replace") if isinstance(line, bytes | bytearray)
                     else str(line))
+        line = unframe(line)
         if len(line) > MAX_LINE_CHARS:
             half = MAX_LINE_CHARS // 2
             line = line[:half] + " " + line[-half:]

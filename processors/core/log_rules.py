@@ -235,6 +235,12 @@ def nic(line: str) -> Hit | None:
     if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
             any(k in line for k in _RETRY_EXCEEDED):
         return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
+    if ("ompletion with err" in line or "(synd 0x" in line) and "NCCL" not in line and (
+            "ompletion with error" in line and ("UCX" in line or "_iface.c" in line or "mlx5:" in line)
+            or "ib_mlx5_log.c" in line and "(synd 0x" in line):
+        # a work request failed on the wire, outside NCCL: UCX's "Send completion with error",
+        # its ib_mlx5_log "Local protection on mlx5_0:1/IB (synd …)", libmlx5's own dump
+        return Hit("distributed_symptom", "fatal", "ib_completion_error", device=_nic_dev(line))
     if ("imeout" in line or "NETDEV" in line or "tx completions" in line) and (
             "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line
             or "Keep alive watchdog timeout" in line):  # the NIC stopped transmitting

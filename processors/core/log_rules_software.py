@@ -80,7 +80,7 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
      "nccl_system_error"),
     (("internal error", "ncclInternalError"), "distributed_symptom", "fatal", "nccl_internal_error"),
     (("socketStartConnect", "Connection refused", "connection refused", "Connect to ",
-      "failed to connect"),
+      "failed to connect", "connectFullMesh failed"),
      "distributed_symptom", "fatal", "nccl_connect_failed"),
     (("recv failed", "send failed", "Call to recv", "Call to send", "recvValue failed",
       "ailed to recv", "recvValueWithTimeout failed"), "distributed_symptom", "fatal",
@@ -96,6 +96,10 @@ _TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetwo
                "store based barrier", "tensorpipe")
 _SETTING = re.compile(r"[Tt]imeout\w*['\"]?\s?[:=]\s?['\"]?\(?\d")  # a setting, not an event
 _GLOG_WARNING = re.compile(r"(?:^|[\[:])W(?:\d{3,4})? ")  # [W0625 …], W0701 …, [W tensorpipe…
+# a glog warning header behind a prefix (CRI, srun's "12: ", "[rank3]: ", syslog): W0701 13:41:43.4
+_GLOG_WARNING_FRAMED = re.compile(r"[\s\]:]W\d{4} \d\d:\d\d:\d\d\.\d")
+# C++ stack lines PyTorch prints under an error: they name checkTimeout, ProcessGroupNCCL, …
+_STACK = re.compile(r"(?:^|[\s:])(?:frame #\d{1,4}: |Exception raised from \w+ at )")
 _SOCKET_ONLY = frozenset(("nccl_connection_reset", "nccl_connection_closed", "nccl_socket_io_failed",
                           "nccl_broken_pipe"))
 
@@ -136,6 +140,8 @@ def nccl(line: str) -> Hit | None:
         return Hit("distributed_symptom", "degraded", "nccl_ib_async_event", device=dev)
     if any(k in line for k in _NCCL_BENIGN):
         return Hit("other", "info", "nccl_benign_warn")
+    if ("frame #" in line or "Exception raised from" in line) and _STACK.search(line, 0, 96):
+        return None  # a stack line under the error, not the error (docs: stay other)
     for keys, cat, sev, rule in _DIST_RULES:
         for k in keys:
             if k in line:
@@ -143,7 +149,8 @@ def nccl(line: str) -> Hit | None:
                     break  # a bare "socket ... timed out" is as likely an HTTP download
                 if rule == "nccl_timeout" and "imed out" not in line and _SETTING.search(line):
                     break  # a config dump: timeout=1800, nccl_timeout: 600
-                if (torch_dist or is_nccl) and _GLOG_WARNING.search(line, 0, 64):
+                if (torch_dist or is_nccl) and (_GLOG_WARNING.search(line, 0, 64)
+                                                or _GLOG_WARNING_FRAMED.search(line, 0, 200)):
                     sev = "degraded"  # PyTorch logs retries as warnings; the error comes later
                 return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:])
     if is_nccl and ("NCCL WARN" in line or "NCCL error" in line):
