@@ -139,3 +139,18 @@ def test_kernel_log_path_that_is_a_file(tmp_path: Path) -> None:
     p.write_text("")
     src = open_kernel_log(str(p), Notices())
     assert isinstance(src, FileFollower)
+
+
+def test_no_fault_line_of_the_dataset_is_dropped_at_the_host() -> None:
+    """Every real line the classifier places in a category reaches the worker."""
+    import orjson
+
+    from processors.core.log_classifier import classify
+
+    path = Path(__file__).parents[1] / "data" / "log_lines.jsonl"
+    rows = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+    t = LogTailer(None)
+    faults = [r["line"] for r in rows if classify(r["line"]).category != "other"]
+    assert len(faults) > 300
+    assert [ln for ln in faults if not t._keep(ln)] == []
+    assert not t._keep("epoch 1 step 10 loss 1.2") and not t._keep("   ")
