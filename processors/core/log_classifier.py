@@ -108,7 +108,11 @@ def _int(rx: re.Pattern[str], line: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None) -> LogEvent:
+_LOST_GPU = frozenset(("gpu_fallen_off_bus", "gpu_lost"))  # XID 79 in other words
+
+
+def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
+           policy: XidPolicy) -> LogEvent:
     pci = _bus(hit.pci)
     if pci is None and hit.category in _HOST_SIDE and hit.rule.startswith("dcgm_"):
         pci = _bus(log_rules._first_bus(line))
@@ -122,8 +126,11 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None) -> LogEvent
         if hit.category != "cuda_app_error":
             peer = _peer(line)
             peer_rank = _int(_PEER_RANK, line)
+    # the driver's or NVML's words for XID 79 take XID 79's action (isolate the host), also
+    # when the Xid line comes later or never
+    action = policy.lookup(79).action if hit.rule in _LOST_GPU and severity == "fatal" else "none"
     return LogEvent(hit.category, severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
-                    rank, hit.device)
+                    rank, hit.device, action=action)
 
 
 def _xid_event(x: int, raw_bus: str | None, line: str, policy: XidPolicy,
@@ -144,7 +151,7 @@ def _classify(line: str, inv: HostInventory | None, policy: XidPolicy) -> LogEve
     for group in _NCCL_FIRST if "NCCL" in line else _GROUPS:
         hit = group(line)
         if hit is not None:
-            return _event(hit, line, inv)
+            return _event(hit, line, inv, policy)
     return OTHER
 
 

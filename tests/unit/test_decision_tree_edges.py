@@ -91,3 +91,19 @@ def test_flush_judges_a_burst_still_waiting_for_offline() -> None:
     assert run(tree, [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]) == []
     (d,) = tree.flush().diagnoses
     assert d.kind == "offline_needed" and d.detected_ts == 135.0
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM: GPU 0000:{bus}: GPU has fallen off the bus.",
+    "NVRM: GPU at PCI:0000:{bus}: GPU has fallen off the bus.",
+])
+def test_a_gpu_fallen_off_the_bus_without_its_xid_takes_the_host(line: str) -> None:
+    """The driver's own words for XID 79 take XID 79's action, also when the Xid line comes
+    later or never: isolating only the GPU left the host in the job."""
+    from tests.unit.test_decision_tree import BUSES
+
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    bus = BUSES[2].split(":", 1)[1]
+    (d,) = run(tree, [rec(60.0, "h01", line.format(bus=bus))], until=120.0)
+    assert d.kind == "critical_error"
+    assert d.evidence["actions"] == [["isolate_host", "h01"], ["restart_job", JOB]]
