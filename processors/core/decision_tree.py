@@ -100,6 +100,9 @@ class DecisionTree:
                 self.terminated = [ts, ts]
             else:
                 self.terminated = [min(ts, self.terminated[0]), max(ts, self.terminated[1])]
+        elif (e.gpu is not None and e.action != "isolate_host" and e.category not in HOST_WIDE
+              and self.peers.other_jobs_gpu(record.host, e.gpu)):
+            pass  # a GPU of another job on a shared host: its own job's tree judges it
         elif is_trigger(e) or is_evidence(e):
             self._ingest(TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu,
                                    e.peer, e.peer_rank, e.rank, e.device, e.action,

@@ -23,6 +23,19 @@ class JobPeers:
         self.job_hosts = frozenset(inventory.jobs.get(job, ())) if inventory else frozenset()
         self.ranks = inventory.ranks.get(job, {}) if inventory else {}
         self.seen = seen
+        self._gpus: dict[str, set[int]] | None = None  # host -> the job's GPUs there
+
+    def other_jobs_gpu(self, host: str, gpu: int) -> bool:
+        """True when the job's rank map places it on other GPUs of ``host`` (a host shared by
+        jobs): a fault of that GPU is another job's, unless it takes the whole host."""
+        if not self.ranks:
+            return False
+        if self._gpus is None:
+            self._gpus = {}
+            for h, g in self.ranks.values():
+                self._gpus.setdefault(h, set()).add(g)
+        mine = self._gpus.get(host)
+        return mine is not None and gpu >= 0 and gpu not in mine
 
     @property
     def members(self) -> frozenset[str] | set[str]:

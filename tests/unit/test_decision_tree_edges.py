@@ -107,3 +107,20 @@ def test_a_gpu_fallen_off_the_bus_without_its_xid_takes_the_host(line: str) -> N
     (d,) = run(tree, [rec(60.0, "h01", line.format(bus=bus))], until=120.0)
     assert d.kind == "critical_error"
     assert d.evidence["actions"] == [["isolate_host", "h01"], ["restart_job", JOB]]
+
+
+def test_a_gpu_of_another_job_on_a_shared_host_is_not_this_jobs_fault() -> None:
+    """The rank map puts the job on GPUs 0-3 of h01 (another job has 4-7): an XID 48 of GPU 4
+    is that job's; an XID 48 of GPU 2, or an XID 79 (the whole host), is this job's too."""
+    from tests.unit.test_decision_tree import BUSES
+
+    def xid(x: int, g: int) -> str:
+        return f"NVRM: Xid (PCI:{BUSES[g][:-2]}): {x}, pid=1, name=python3, Ch 00000001"
+
+    inv = inventory(2)
+    inv.ranks[JOB] = {r: ("h00" if r < 8 else "h01", r % 8) for r in range(12)}
+    assert run(DecisionTree(JOB, inventory=inv), [rec(60.0, "h01", xid(48, 4))], until=300.0) == []
+    (d,) = run(DecisionTree(JOB, inventory=inv), [rec(60.0, "h01", xid(48, 2))], until=300.0)
+    assert d.evidence["actions"][0] == ["isolate_gpu", "h01/gpu2"]
+    (d,) = run(DecisionTree(JOB, inventory=inv), [rec(60.0, "h01", xid(79, 4))], until=300.0)
+    assert d.evidence["actions"][0] == ["isolate_host", "h01"]
