@@ -33,6 +33,9 @@ class Member:
     seen_ts: float  # record time of the last report
 
 
+_LEARNED: tuple[str, str, None] = ("", "", None)  # learn's answer when nothing was refused or evicted
+
+
 class CommRoster:
     """Rank → (host, GPU) per communicator, bounded to ``max_comms`` communicators."""
 
@@ -77,11 +80,13 @@ class CommRoster:
                     idx = self.by_gpu[(host, gpu)] = {}
                 idx[comm] = rank
         else:
-            m.peers, m.seen_ts = peers, ts
-        last = self.last_seen.get(comm)
+            m.peers = peers
+            m.seen_ts = ts
+        last_seen = self.last_seen
+        last = last_seen.get(comm)
         if last is None or not last > ts:  # max(ts, last), NaN included
-            self.last_seen[comm] = ts
-        return "", "", evicted
+            last_seen[comm] = ts
+        return _LEARNED if evicted is None else ("", "", evicted)
 
     def _unindex(self, comm: str, m: Member) -> None:
         idx = self.by_gpu.get((m.host, m.gpu))

@@ -94,80 +94,96 @@ class TDNDetector:
         out = Outputs()
         if rec.job is not None and rec.job != self.job:
             return self._reject(out, rec.host, "wrong_job", f"record of job {rec.job}", rec.ts)
-        self.watermark = max(self.watermark, rec.ts)
-        touched: dict[tuple[str, str], None] = {}
+        host, ts = rec.host, rec.ts
+        self.watermark = max(self.watermark, ts)
+        touched: dict[tuple[str, str], OpState] = {}  # (comm, op) -> its state, in first-touch order
+        learn, add, ops = self.roster.learn, self._add, self.ops
+        dropped = False
         for snap in rec.ranks:
-            reason, detail, evicted = self.roster.learn(rec.host, rec.ts, snap)
+            reason, detail, evicted = learn(host, ts, snap)
             if evicted is not None:
+                dropped = True
                 self._drop(evicted)
-                self._reject(out, rec.host, "comm_evicted", f"comm {evicted} (max_comms)", rec.ts)
+                self._reject(out, host, "comm_evicted", f"comm {evicted} (max_comms)", ts)
             if reason:
-                self._reject(out, rec.host, reason, detail, rec.ts)
+                self._reject(out, host, reason, detail, ts)
                 continue
+            comm, by_op = snap.comm, None
             for o in snap.ops:
                 td, n = o.td_us, o.n_us
                 if td.__class__ is not float or n.__class__ is not float or not (
                         0.0 <= td <= _MAX_FLOAT and 0.0 <= n <= _MAX_FLOAT):
                     bad = bad_number(td) or bad_number(n)
                     if bad:
-                        self._reject(out, rec.host, bad, f"{_where(snap, o)}: td_us={td} "
-                                     f"n_us={n}", rec.ts)
+                        self._reject(out, host, bad, f"{_where(snap, o)}: td_us={td} "
+                                     f"n_us={n}", ts)
                         continue
                     td, n = float(td), float(n)
-                if o.seq > 0 and self._add(out, rec, snap, o, td, n):
-                    touched[(snap.comm, o.op)] = None
+                if o.seq > 0:
+                    if by_op is None:  # made on the first launch to compare, as before
+                        by_op = ops.get(comm)
+                        if by_op is None:
+                            by_op = ops[comm] = {}
+                    st = add(out, rec, snap, by_op, o, td, n)
+                    if st is not None:
+                        touched[(comm, o.op)] = st
         timeout = self.cfg.seq_timeout_s
-        for comm, op in touched:
-            st = self.ops.get(comm, {}).get(op)
+        for (comm, op), seen in touched.items():
+            # only an eviction above removes state during observe: look it up again then
+            st = ops.get(comm, {}).get(op) if dropped else seen
             if st is not None and self.watermark - st.oldest >= timeout:
                 self._expire(out, comm, op, st)
-        return out.extend(self._tick(rec.ts))
+        return out.extend(self._tick(ts))
 
-    def _add(self, out: Outputs, rec: CCLRecord, snap: RankSnapshot, o: OpCounters,
-             td: float, n: float) -> bool:
-        comm, rank, op, seq = snap.comm, snap.rank, o.op, o.seq
-        by_op = self.ops.get(comm)
-        if by_op is None:
-            by_op = self.ops[comm] = {}
+    def _add(self, out: Outputs, rec: CCLRecord, snap: RankSnapshot,
+             by_op: dict[str, OpState], o: OpCounters, td: float, n: float) -> OpState | None:
+        """Buffer one rank's TD/N of one launch (``by_op``: its communicator's ops); its
+        (communicator, op) state when buffered, None when not."""
+        rank, op, seq = snap.rank, o.op, o.seq
         st = by_op.get(op)
         if st is None:
             if len(by_op) >= self.cfg.max_ops:
                 self._reject(out, rec.host, "too_many_ops", _where(snap, o), rec.ts)
-                return False
+                return None
             st = by_op[op] = OpState(snap.comm_size)
-        last = st.last_seq.get(rank, 0)
+        last_seq = st.last_seq
+        last = last_seq.get(rank, 0)
         if seq == last:
-            return False  # the same finished launch reported again
+            return None  # the same finished launch reported again
         if seq < last:
             self._reject(out, rec.host, "seq_backwards", f"{_where(snap, o)} after seq {last}",
                          rec.ts)
-            return False
-        st.last_seq[rank] = seq
+            return None
+        last_seq[rank] = seq
         bucket = self.cfg.seq_bucket
-        seq //= bucket  # from here on: the comparison bucket
+        if bucket != 1:
+            seq //= bucket  # from here on: the comparison bucket
         pending = st.pending
         buf = pending.get(seq)
         if buf is None:
             if seq == last // bucket:
-                return False  # a later launch of a bucket this rank already gave a value to
+                return None  # a later launch of a bucket this rank already gave a value to
             if seq <= st.done_upto:
                 self._reject(out, rec.host, "late", f"{_where(snap, o)}: iteration already "
                              "evaluated", rec.ts)
-                return False
+                return None
             if len(pending) >= self.cfg.max_pending_seqs:
                 old = min(pending)
                 del pending[old]
                 st.done_upto = max(st.done_upto, old)
                 st.reckon_oldest()
                 self._reject(out, rec.host, "seq_buffer_full",
-                             f"comm {comm} op {op}: dropped iteration {old}", rec.ts)
-            buf = pending[seq] = (rec.ts, {}, {})
-            if rec.ts < st.oldest:
-                st.oldest = rec.ts
-        buf[1][rank], buf[2][rank] = td, n
-        if len(buf[1]) >= st.size:
-            self._close_upto(out, comm, op, st, seq)
-        return True
+                             f"comm {snap.comm} op {op}: dropped iteration {old}", rec.ts)
+            ts = rec.ts
+            buf = pending[seq] = (ts, {}, {})
+            if ts < st.oldest:
+                st.oldest = ts
+        tds = buf[1]
+        tds[rank] = td
+        buf[2][rank] = n
+        if len(tds) >= st.size:
+            self._close_upto(out, snap.comm, op, st, seq)
+        return st
 
     def advance(self, now: float) -> Outputs:
         self.watermark = max(self.watermark, now)
