@@ -20,7 +20,7 @@ from processors.settings import PipelineConfig
 from producers.sim.simulation import SimConfig, Simulation
 from schemas.codec import decode, encode
 from schemas.recording import RecordingWriter, read_header, read_recording
-from schemas.records import CCLRecord
+from schemas.records import CCLRecord, TelemetryBatch
 from schemas.topics import CCL, LOGS, TELEMETRY
 
 WHATIF = "[zscore]\nwindow_s = 120.0\n[tdn]\npersist = 3\n"
@@ -28,15 +28,20 @@ WHATIF = "[zscore]\nwindow_s = 120.0\n[tdn]\npersist = 3\n"
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Several faults of several kinds on three jobs, plus undecodable messages and one CCL
-    record from a host whose clock is a year ahead (the job clock refuses it)."""
+    """Several faults of several kinds on three jobs, plus undecodable messages, one CCL
+    record from a host whose clock is a year ahead (the job clock refuses it) and a first
+    telemetry record a year ahead (the job clock starts over at the next host's record)."""
     sim = Simulation(SimConfig(hosts=16, hosts_per_job=8, scenario="mixed", seed=11,
                                duration_s=300, fault_at_s=40, mixed_spacing_s=50,
                                mixed_scenarios=("nic_ecn", "slow_gpu", "xid79")))
     path = str(tmp_path_factory.mktemp("par") / "mixed.aegis")
-    skewed = False
+    skewed = first = False
     with RecordingWriter(path, meta=sim.header_meta()) as w:
         for i, (topic, key, ts, value) in enumerate(sim.iter_encoded()):
+            if topic == TELEMETRY.name and not first:  # the job's first record, a year ahead
+                tel = decode(TelemetryBatch, value)
+                w.emit_encoded(topic, key, ts, encode(dataclasses.replace(tel, ts=tel.ts + 3.2e7)))
+                first = True
             w.emit_encoded(topic, key, ts, value)
             if i > 5000 and topic == CCL.name and not skewed:  # a host a year ahead
                 rec = decode(CCLRecord, value)
@@ -154,4 +159,4 @@ def test_both_splits_equal_serial(mixed, by_detector):
     assert replay_parallel(Selection(mixed), [PipelineConfig()], run.engines, inv, finish=True,
                            workers=2, by_detector=by_detector) is not None
     assert _wire(run) == _wire(serial) and run.engines[0].stats == serial.engines[0].stats
-    assert serial.engines[0].stats.rejections.get("clock_skew") == 1
+    assert serial.engines[0].stats.rejections.get("clock_skew") == 2
