@@ -102,6 +102,8 @@ def nic_named(inventory: Inventory | None, host: str, device: str) -> str:
     with N its index in the host's listed ``nics``, as the CCL detectors count; a device
     those ``nics`` lack keeps its name (``h/mlx5_0``, a management port beside the rails);
     with no NICs listed, the digits of the name (``mlx5_3`` → ``h/nic3``)."""
+    if device.startswith(host) and device[len(host):len(host) + 1] == "/":
+        device = device[len(host) + 1:]  # a full name, "h/nic3", as the agent keys its devices
     hi = inventory.hosts.get(host) if inventory is not None else None
     if hi is not None and hi.nics:
         if device in hi.nics:
@@ -110,6 +112,20 @@ def nic_named(inventory: Inventory | None, host: str, device: str) -> str:
         return nic_id(host, bare.index(device) if bare.count(device) == 1 else device)
     tail = device[5:] if device.startswith("mlx5_") else device
     return nic_id(host, int(tail)) if tail.isdigit() else nic_id(host, device)
+
+
+def nic_listed(inventory: Inventory | None, host: str, device: str) -> bool:
+    """False for a NIC the host's listed ``nics`` lack (a management or storage port beside
+    the rails): it carries none of the job's traffic, so it is no peer of the rails. A rail
+    index ``nicN`` is listed when N is below the count; no NICs listed: every NIC is."""
+    hi = inventory.hosts.get(host) if inventory is not None else None
+    if hi is None or not hi.nics:
+        return True
+    if device.startswith(host) and device[len(host):len(host) + 1] == "/":
+        device = device[len(host) + 1:]
+    if device.startswith("nic") and device[3:].isdigit():
+        return int(device[3:]) < len(hi.nics)
+    return device in hi.nics or device in [n.partition("/")[0] for n in hi.nics]
 
 
 def link_id(a: str, b: str) -> str:

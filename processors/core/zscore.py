@@ -151,19 +151,24 @@ class ZScoreDetector:
         if found is None:
             self._reject(out, host, "duplicate_device", f"{ks.kind} ids {list(group.ids)}", ts)
             return
-        slots, slot_sel = found
+        slots, slot_sel, kept, unlisted = found
         rows, row_sel, counter, known, unknown = ks.rows_for(tuple(group.values))
         for m in unknown:
             self._once(out, host, f"{ks.kind}/{m}", "unknown_metric", ts)
-        if not known:
+        for i in unlisted:
+            self._once(out, host, i if i.startswith(f"{host}/") else f"{host}/{i}",
+                       "unlisted_nic", ts)
+        if not known or not len(slots):
             return
         try:
             vals = np.array([group.values[m] for m in known], dtype=np.float64)
         except ValueError:
             vals = np.empty((0, 0))
-        if vals.shape != (len(known), len(slots)):
+        if vals.shape != (len(known), len(slots) + len(unlisted)):
             self._reject(out, host, "bad_shape", f"{ks.kind} values do not match ids", ts)
             return
+        if kept is not None:
+            vals = vals[:, kept]
         ok: Any = 1.0
         if not (_MIN(vals, None) >= 0 and _SUM(vals, None) <= self.cfg.max_abs):  # else all clean
             with np.errstate(invalid="ignore"):
@@ -280,7 +285,9 @@ class ZScoreDetector:
     def _once(self, out: Outputs, host: str, key: str, reason: str, ts: float) -> None:
         if key not in self.unknown:
             self.unknown.add(key)
-            self._reject(out, host, reason, f"{key} is not in the metric catalogue", ts)
+            self._reject(out, host, reason, f"{key} is not one of the host's rail NICs in the "
+                         "inventory: not scored" if reason == "unlisted_nic" else
+                         f"{key} is not in the metric catalogue", ts)
 
     # ---- state -------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

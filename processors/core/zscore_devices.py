@@ -9,16 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import gpu_id, nic_named
+from processors.core.base import gpu_id, nic_listed, nic_named
 from schemas.inventory import Inventory
 from schemas.metrics import Direction, metrics_for
 
 
 def device_name(host: str, kind: str, local: str, alone: bool,
                 inventory: Inventory | None = None) -> str:
-    """Culprit name of a reported device: ``h/gpu3``, ``h``, and for a NIC ``nic_named``."""
+    """Culprit name of a reported device: ``h/gpu3`` (for ``3``, ``gpu3`` or ``h/gpu3``),
+    ``h``, and for a NIC ``nic_named``."""
+    if local.startswith(host) and local[len(host):len(host) + 1] == "/":
+        local = local[len(host) + 1:]  # a full name, as the agent keys its devices
     if kind == "gpu":
-        return gpu_id(host, int(local)) if local.isdigit() else f"{host}/{local}"
+        digits = local[3:] if local.startswith("gpu") else local
+        return gpu_id(host, int(digits)) if digits.isdigit() else f"{host}/{local}"
     if kind == "nic":
         return nic_named(inventory, host, local)
     return host if alone or local in ("", "host", host) else f"{host}/{local}"
@@ -69,13 +73,20 @@ class DeviceKind:
         self.cap = cap
 
     def slots_for(self, host: str, ids: tuple[str, ...]) -> tuple[Any, ...] | None:
-        """``(slots, selector)`` of a host's reported ids; None when an id repeats."""
+        """``(slots, selector, kept, unlisted)`` of a host's reported ids; None when an id
+        repeats. ``kept`` (the columns scored) is None when all are; ``unlisted`` names the
+        NICs the inventory does not list among the host's rails, which are not scored."""
         key = (host, ids)
         if key not in self._slots_cache:
             unique = len(set(ids)) == len(ids)
-            slots = np.array([self.add_device(host, i, len(ids) == 1) for i in ids],
+            kept = [c for c, i in enumerate(ids)
+                    if self.kind != "nic" or nic_listed(self.inventory, host, i)]
+            slots = np.array([self.add_device(host, ids[c], len(ids) == 1) for c in kept],
                              dtype=np.intp) if unique else None
-            self._slots_cache[key] = None if slots is None else (slots, _selector(slots))
+            self._slots_cache[key] = None if slots is None else (
+                slots, _selector(slots),
+                None if len(kept) == len(ids) else np.array(kept, dtype=np.intp),
+                [i for c, i in enumerate(ids) if c not in kept])
         return self._slots_cache[key]
 
     def rows_for(self, names: tuple[str, ...]) -> tuple[Any, ...]:

@@ -221,3 +221,44 @@ def test_log_and_telemetry_name_a_nic_the_same_way() -> None:
                    xid=None, gpu=None, peer=None, peer_rank=None, rank=None, device="mlx5_4",
                    action="", line="mlx5_core: mlx5_4: Link down")
     assert suspect_links([ev], [], frozenset(), inv) == ["h1/nic3"]
+
+
+def with_mgmt_port(batches: list[TelemetryBatch]) -> list[TelemetryBatch]:
+    """mlx5_1..8 plus a management port mlx5_0 that carries almost nothing."""
+    out = []
+    for b in renamed(batches):
+        nic = b.devices["nic"]
+        values = {m: (1e3 if m.endswith("_bps") else 0.0, *v) for m, v in nic.values.items()}
+        devices = {**b.devices, "nic": DeviceGroup(("mlx5_0", *NAMES), values)}
+        out.append(TelemetryBatch(host=b.host, ts=b.ts, devices=devices, job=b.job))
+    return out
+
+
+def test_a_management_port_the_inventory_does_not_list_is_not_scored() -> None:
+    """Every host also reports mlx5_0, a management port idle next to the rails: compared
+    with them it looked like a slow NIC on every host (scenario round 4)."""
+    inv = Inventory()
+    for i in range(16):
+        inv.add_host(HostInventory(f"h{i:04d}", nics=NAMES))
+    fault = step_fault("h0005", "nic", 3, "nic_ecn_per_s", T0 + 300, T0 + 1500, 2e4)
+    det = ZScoreDetector("j1", inventory=inv)
+    out = run_zscore(det, with_mgmt_port(list(Cluster(faults=[fault]).batches(T0, T0 + 1500))))
+    d, = out.diagnoses
+    assert d.culprits.links == ("h0005/nic3<->tor",)  # mlx5_4 (column 4 here), still found
+    unlisted = sorted(r.detail.split()[0] for r in out.rejections if r.reason == "unlisted_nic")
+    assert unlisted == [f"h{i:04d}/mlx5_0" for i in range(16)]  # once per port, counted
+
+
+def test_agent_style_full_device_ids_name_the_same_culprits() -> None:
+    """The agent keys devices by full name (h/gpu3, h/nic3): culprits are h/gpu3, not h/h/gpu3."""
+    assert device_name("h1", "gpu", "h1/gpu3", False) == "h1/gpu3"
+    assert device_name("h1", "gpu", "gpu3", False) == "h1/gpu3"
+    assert device_name("h1", "nic", "h1/nic3", False) == "h1/nic3"
+    inv = Inventory()
+    inv.add_host(HostInventory("h1", nics=NAMES))
+    assert device_name("h1", "nic", "h1/nic3", False, inv) == "h1/nic3"
+    from processors.core.base import nic_listed
+
+    assert nic_listed(inv, "h1", "h1/nic7") and not nic_listed(inv, "h1", "h1/nic8")
+    assert nic_listed(inv, "h1", "mlx5_8") and not nic_listed(inv, "h1", "mlx5_0")
+    assert nic_listed(None, "h1", "mlx5_0") and nic_listed(inv, "h2", "anything")
