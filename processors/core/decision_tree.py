@@ -255,7 +255,7 @@ class DecisionTree:
             # an address no inventory lists) does not make the one reporter a culprit
             if len(involved) == 2 and len(named) == 2 and between:
                 path.append(f"DistError:{len(involved)}hosts")
-                acts = [["isolate_host", h] for h in named] + [["restart_job", self.job]]
+                acts = [["isolate_host", h] for h in named] + self._restart()
                 return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
                                   detected_ts, 0.7, hosts=named,
                                   summary=f"distributed errors between {' and '.join(named)}: isolate both")
@@ -269,7 +269,7 @@ class DecisionTree:
                 target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
                 return self._make("dist_error", "root_diag", events, key, path,
-                                  [target, ["restart_job", self.job]], detected_ts, 0.75,
+                                  [target, *self._restart()], detected_ts, 0.75,
                                   hosts=[host] if gpu is None else [],
                                   gpus=[gpu_id(host, gpu)] if gpu is not None else [],
                                   summary=f"root of the failed connections: {target[1]} ({why})")
@@ -308,7 +308,7 @@ class DecisionTree:
                 for g in sorted({e.gpu for e in mine if e.gpu is not None}):
                     acts.append(["isolate_gpu", gpu_id(host, g)])
                     gpus.append(gpu_id(host, g))
-        acts.append(["restart_job", self.job])
+        acts += self._restart()
         crit_hosts = {e.host for e in crit}
         others = sum(1 for e in events if e.cat == "distributed_symptom" and e.host not in crit_hosts)
         what = crit[0].rule if len({e.rule for e in crit}) == 1 else "critical errors"
@@ -316,6 +316,11 @@ class DecisionTree:
                           0.95, hosts=hosts, gpus=gpus, attributed=others,
                           summary=f"{what} on {', '.join(hosts + gpus)}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
+
+    def _restart(self) -> list[list[str]]:
+        """``restart_job`` for the job; none for a host-keyed pseudo-job (records without a
+        job id are keyed by their host: an idle host has no job to restart)."""
+        return [] if self.job in self.seen_hosts else [["restart_job", self.job]]
 
     def _config(self, events: Sequence[TreeEvent], config: list[TreeEvent], path: list[str],
                 detected_ts: float) -> Diagnosis:

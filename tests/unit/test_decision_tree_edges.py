@@ -124,3 +124,12 @@ def test_a_gpu_of_another_job_on_a_shared_host_is_not_this_jobs_fault() -> None:
     assert d.evidence["actions"][0] == ["isolate_gpu", "h01/gpu2"]
     (d,) = run(DecisionTree(JOB, inventory=inv), [rec(60.0, "h01", xid(79, 4))], until=300.0)
     assert d.evidence["actions"][0] == ["isolate_host", "h01"]
+
+
+def test_an_idle_host_keyed_by_its_name_gets_no_restart_job() -> None:
+    """Records without a job id are keyed by their host: an XID 79 on an idle host isolates
+    it, and there is no job to restart (a restart_job naming the host used to go out)."""
+    tree = DecisionTree("h05", inventory=inventory(8))
+    recs = [LogRecord("h05", 60.0, "kernel", xid79(), None)]
+    (d,) = run(tree, recs, until=120.0)
+    assert d.evidence["actions"] == [["isolate_host", "h05"]]
