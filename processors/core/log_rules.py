@@ -274,6 +274,8 @@ def nic(line: str) -> Hit | None:
             return None
         if "SATA link" in line:  # a disk port (an empty one logs this at every boot)
             return Hit("other", "info", "sata_link")
+        if ".pcie:" in line or "-pcie " in line:  # a SoC PCIe controller (brcm-pcie fd500000.pcie:
+            return Hit("pcie", "info", "pcie_controller_link")  # link down): an empty slot at boot
         for s in _LINK_DOWN:
             if s in line:
                 return Hit("nic_or_link", "degraded", "nic_link_down", pci=_first_bus(line), device=_nic_dev(line))

@@ -126,3 +126,22 @@ def test_traceback_lines_carry_their_own_fault() -> None:
     got = [(e.category, e.rank) for e in map(classify, tb)]
     assert got == [("other", None), ("other", None), ("cuda_app_error", 7), ("cuda_app_error", 7),
                    ("other", None), ("cuda_app_error", 7)]
+
+
+# audit 7 (whole healthy logs): a SoC PCIe controller's link state at boot is not a NIC's
+@pytest.mark.parametrize("line", [
+    "[    5.629281] brcm-pcie fd500000.pcie: link down",  # EvanKrall/pipad#29: empty/untrained slot
+    "[    1.047135] brcm-pcie fd500000.pcie: link up, 5.0 GT/s PCIe x1 (SSC)",  # raspberry-pi-pcie-devices#48
+])
+def test_audit7_pcie_controller_link_is_not_a_nic(line: str) -> None:
+    ev = classify(line)
+    assert (ev.category, ev.severity, ev.rule) == ("pcie", "info", "pcie_controller_link")
+
+
+@pytest.mark.parametrize("line,rule,sev", [  # NIC link state still counts
+    ("[39210.778735] igc 0000:05:00.0 eth5: NIC Link is Down", "nic_link_down", "degraded"),
+    ("mlx5_core 0000:0c:00.0 ens1np0: Link down", "nic_link_down", "degraded"),
+])
+def test_audit7_nic_link_down_unchanged(line: str, rule: str, sev: str) -> None:
+    ev = classify(line)
+    assert (ev.category, ev.rule, ev.severity) == ("nic_or_link", rule, sev)
