@@ -1,6 +1,7 @@
 """The agent loop body: sample the collectors, build one TelemetryBatch per host per
 interval, stamp log lines, CCL snapshots and heartbeats with host and job, and hand them to
-the publisher. Time is passed in (``step(now)``), so tests drive it with a fake clock.
+the publisher. Time is passed in (``step(now)``), so tests drive it with a fake clock; when
+wall time steps back, whatever was scheduled is due at once (not after the clock catches up).
 
 Heartbeat: every ``heartbeat_s`` an agent LogRecord ``aegis-agent heartbeat seq=<n>`` keeps
 the logs topic's event time moving on a quiet job (the decision tree's settle window waits
@@ -80,6 +81,7 @@ class Agent:
         self.next_sample = 0.0
         self.next_heartbeat = 0.0
         self.next_logs = 0.0
+        self.last_now = float("-inf")
         self.heartbeat_seq = 0
         self.reported_drops = 0
         self.counts = {"telemetry": 0, "logs": 0, "ccl": 0}
@@ -125,6 +127,11 @@ class Agent:
     # -- the loop body --------------------------------------------------------------------
     def step(self, now: float) -> list[Record]:
         """Do whatever is due at ``now``; returns the records it published."""
+        if now < self.last_now:  # the wall clock stepped back: what was due is due now
+            self.next_sample = min(self.next_sample, now)
+            self.next_logs = min(self.next_logs, now)
+            self.next_heartbeat = min(self.next_heartbeat, now)
+        self.last_now = now
         job = self.job.current()
         records: list[Record] = []
         if self.ccl is not None:

@@ -11,8 +11,12 @@ alike and never flags one.
 
 from __future__ import annotations
 
+import ctypes
+from typing import Any
+
 from producers.agent.collector import Partial
 from producers.agent.rates import RateTracker
+from schemas.inventory import normalise_bus_id
 
 # raw counter -> (metric, scale to the metric's unit)
 COUNTER_METRICS: dict[str, tuple[str, float]] = {
@@ -59,3 +63,32 @@ def put_gpu(out: Partial, rates: RateTracker, dev: str, now: float,
     util, sm = gauges.get("gpu_util_pct"), gauges.get("gpu_sm_clock_mhz")
     if util is not None and sm is not None:
         out.put("gpu", dev, "gpu_tensor_tflops", tensor_tflops(util, sm, max_sm_mhz, peak))
+
+
+# -- NVML helpers: bus ids, XID lines, field values, handles (nvml.py re-exports them) -----
+def kernel_bus(bus_id: str) -> str:
+    """NVML ``00000000:3B:00.0`` → the kernel's Xid form ``0000:3b:00``."""
+    n = normalise_bus_id(bus_id)
+    return n.rsplit(".", 1)[0] if n else bus_id
+
+
+def handle_key(handle: Any) -> Any:
+    """A hashable identity for an NVML device handle (a ctypes pointer, or a test's int)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return handle
+
+
+def xid_line(bus: str, xid: int) -> str:
+    return (f"NVRM: Xid (PCI:{bus}): {xid}, pid='<unknown>', name=<unknown>, "
+            "reported by aegis-agent from an NVML XID event")
+
+
+def field_number(fv: Any) -> float | None:
+    """The value of one nvmlFieldValue_t, or None when NVML returned an error for it."""
+    if getattr(fv, "nvmlReturn", 1) != 0:
+        return None
+    v, t = fv.value, fv.valueType
+    return float((v.dVal, v.uiVal, v.ulVal, v.ullVal, v.sllVal, v.siVal, v.usVal)[t]) \
+        if 0 <= t <= 6 else None

@@ -2,14 +2,19 @@
 
 Aegis §5.1 performance metrics (utilisation, SM clock, power, temperature, PCIe, NVLink)
 and §4.1 critical-error evidence (ECC, retired/remapped rows, XID). Every NVML call is
-guarded: a function this GPU or driver lacks (NotSupported, FunctionNotFound, missing in
-the binding) leaves its metric out from then on; any other error is reported once per GPU
-and call. No library or no driver: "NVML not available: <reason>" once, then the collector
-stays off and the rest of the agent keeps working.
+guarded: a query this GPU doesn't support (NotSupported), or that neither the binding nor the
+driver has, leaves its metric out from then on; a name the driver lacks (FunctionNotFound)
+falls back to NVML's other name for it (ClocksEventReasons/ClocksThrottleReasons around
+r535, Temperature/TemperatureV). Other errors are said once per GPU and call. A GPU that
+answers ``GPU is lost``, or fails every call of a sample, is marked lost: one notice in the
+words of the log classifier's gpu_lost rule, its metrics left out, asked again every 30 s.
+No library or no driver: "NVML not available: <reason>" once; nvmlInit is retried every
+60 s (a driver container that starts after the agent), the rest of the agent keeps working.
 
 XID: an NVML event set registered for ``nvmlEventTypeXidCriticalError`` is drained with a
 0 ms wait on every collection; each event becomes an agent log line in the kernel's format,
-``NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, ...``.
+``NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, ...``, with the bus id
+learnt at start (a GPU that raised XID 79 no longer answers nvmlDeviceGetPciInfo).
 """
 
 from __future__ import annotations
@@ -20,37 +25,32 @@ from types import ModuleType
 from typing import Any
 
 from producers.agent.collector import LogLine, Notices, Partial
-from producers.agent.gpu_metrics import NOMINAL_PEAK, peak_for, put_gpu
+from producers.agent.gpu_metrics import (
+    NOMINAL_PEAK,
+    field_number,
+    handle_key,
+    kernel_bus,
+    peak_for,
+    put_gpu,
+    xid_line,
+)
 from producers.agent.rates import RateTracker
 from schemas.inventory import normalise_bus_id
 
+__all__ = ["NvmlCollector", "field_number", "handle_key", "kernel_bus", "xid_line"]
+
 SLOW_EVERY_S = 30.0  # retired pages, remapped rows, aggregate ECC change rarely
-# NVML field ids (nvml.h): NVLink data throughput in KiB, cumulative, GPU-wide with
-# scopeId 0; NVLink CRC flit/data, replay and recovery error totals over all lanes.
+LOST_PROBE_S = 30.0  # a lost GPU is asked again this often
+INIT_RETRY_S = 60.0  # nvmlInit is retried this often while the driver is not there
+# NVML field ids (nvml.h): NVLink data throughput in KiB, cumulative; "Link ID needs to be
+# specified in the scopeId field ... A scopeId of UINT_MAX returns aggregate value summed up
+# across all links" (scopeId 0 is link 0 alone). NVLink CRC flit/data, replay and recovery
+# error totals over all links (no scope).
 FI_NVLINK_TX, FI_NVLINK_RX = 138, 139
+SCOPE_ALL_LINKS = 0xFFFFFFFF
 FI_NVLINK_ERRORS = (38, 45, 52, 59)
-_UNSUPPORTED_CODES = (3, 13)  # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND
-_NO_PERMISSION, _GPU_LOST, _TIMEOUT = 4, 15, 10
-
-
-def kernel_bus(bus_id: str) -> str:
-    """NVML ``00000000:3B:00.0`` → the kernel's Xid form ``0000:3b:00``."""
-    n = normalise_bus_id(bus_id)
-    return n.rsplit(".", 1)[0] if n else bus_id
-
-
-def xid_line(bus: str, xid: int) -> str:
-    return (f"NVRM: Xid (PCI:{bus}): {xid}, pid='<unknown>', name=<unknown>, "
-            "reported by aegis-agent from an NVML XID event")
-
-
-def field_number(fv: Any) -> float | None:
-    """The value of one nvmlFieldValue_t, or None when NVML returned an error for it."""
-    if getattr(fv, "nvmlReturn", 1) != 0:
-        return None
-    v, t = fv.value, fv.valueType
-    return float((v.dVal, v.uiVal, v.ulVal, v.ullVal, v.sllVal, v.siVal, v.usVal)[t]) \
-        if 0 <= t <= 6 else None
+# nvmlReturn_t codes (pynvml NVML_ERROR_*)
+_NOT_SUPPORTED, _NO_PERMISSION, _TIMEOUT, _FN_NOT_FOUND, _GPU_LOST = 3, 4, 10, 13, 15
 
 
 @dataclass
@@ -58,13 +58,19 @@ class GpuState:
     index: int
     handle: Any
     dev: str
-    bus: str = "unknown"
+    bus: str = "unknown"  # normalised ``0000:3b:00.0``, the inventory's form
     model: str = ""
     max_sm_mhz: float | None = None
     peak: float = NOMINAL_PEAK
     unsupported: set[str] = field(default_factory=set)
     slow: dict[str, float] = field(default_factory=dict)  # last slow readings (extras too)
     slow_ts: float = float("-inf")
+    lost: bool = False
+    probe_at: float = float("-inf")
+    # per sample: calls answered, the lost code seen, other errors (notice key, message)
+    answered: int = 0
+    gone: bool = False
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 class NvmlCollector:
@@ -79,13 +85,16 @@ class NvmlCollector:
         self.gpus: list[GpuState] = []
         self.rates = RateTracker()
         self.off = False
+        self.retry_at = float("-inf")
         self.started = False
         self.event_set: Any = None
 
     # -- start-up -------------------------------------------------------------------------
-    def start(self) -> bool:
-        if self.off or self.started:
-            return self.started
+    def start(self, now: float | None = None) -> bool:
+        if self.started:
+            return True
+        if self.off or (now is not None and now < self.retry_at):
+            return False
         try:
             if self.nv is None:
                 import pynvml
@@ -94,9 +103,16 @@ class NvmlCollector:
             self.nv.nvmlInit()
             count = int(self.nv.nvmlDeviceGetCount())
         except ImportError as e:
-            return self._disable(f"the pynvml module is missing ({e}); pip install nvidia-ml-py")
+            self.off = True  # no binding: nothing will change while the agent runs
+            self.notices.once("nvml:off", f"NVML not available: the pynvml module is missing ({e}); "
+                              "pip install nvidia-ml-py")
+            return False
         except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
-            return self._disable(str(e) or type(e).__name__)
+            # the driver may come later (a driver container, a module load): retry
+            self.retry_at = (now if now is not None else 0.0) + INIT_RETRY_S
+            self.notices.once("nvml:off", f"NVML not available: {str(e) or type(e).__name__}")
+            return False
+        self.notices.clear("nvml:off", "NVML is available now")
         for i in range(count):
             try:
                 handle = self.nv.nvmlDeviceGetHandleByIndex(i)
@@ -110,17 +126,12 @@ class NvmlCollector:
         self.started = True
         return True
 
-    def _disable(self, reason: str) -> bool:
-        self.off = True
-        self.notices.once("nvml:off", f"NVML not available: {reason}")
-        return False
-
     def _describe(self, g: GpuState) -> GpuState:
         nv = self.nv
         info = self._call(g, "pci", nv.nvmlDeviceGetPciInfo, g.handle)
         if info is not None:
             bus = info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
-            g.bus = kernel_bus(bus)
+            g.bus = normalise_bus_id(bus) or bus
         name = self._call(g, "name", nv.nvmlDeviceGetName, g.handle)
         g.model = (name.decode() if isinstance(name, bytes) else str(name or ""))
         max_sm = self._call(g, "max_sm", nv.nvmlDeviceGetMaxClockInfo, g.handle, nv.NVML_CLOCK_SM)
@@ -131,6 +142,7 @@ class NvmlCollector:
                               f"NVML: no peak TFLOP/s known for {g.model!r}; gpu_tensor_tflops "
                               f"uses a nominal {NOMINAL_PEAK:g} (set --gpu-peak-tflops)")
         g.peak = peak or NOMINAL_PEAK
+        self._settle(g, float("-inf"))  # a GPU lost already at start is asked at once
         return g
 
     def _register_xid(self) -> None:
@@ -147,42 +159,74 @@ class NvmlCollector:
                 self.notices.once(f"nvml:{g.index}:xid", f"NVML: XID events unavailable on GPU {g.index}: {e}")
 
     # -- guarded calls --------------------------------------------------------------------
-    def _call(self, g: GpuState, key: str, fn: Callable[..., Any] | None, *args: Any) -> Any:
+    def _call(self, g: GpuState, key: str, fn: Callable[..., Any] | None
+              | tuple[Callable[..., Any] | None, ...], *args: Any) -> Any:
+        """``fn(*args)``, or None. A tuple of functions is tried in order while the driver or
+        the binding lacks the name (FunctionNotFound); a GPU that doesn't support the query
+        drops ``key`` for good. Other errors are kept for :meth:`_settle`."""
         if key in g.unsupported:
             return None
-        if fn is None:
-            g.unsupported.add(key)
-            return None
-        try:
-            return fn(*args)
-        except Exception as e:
-            code = getattr(e, "value", None)
-            if code in _UNSUPPORTED_CODES or isinstance(e, AttributeError | NotImplementedError):
-                g.unsupported.add(key)
-            elif code == _NO_PERMISSION:
-                g.unsupported.add(key)
-                self.notices.once(f"nvml:{g.index}:{key}", f"NVML {key} on GPU {g.index}: no permission")
-            elif code == _GPU_LOST:
-                self.notices.once(f"nvml:{g.index}:lost", f"NVML: GPU {g.index} ({g.bus}) is lost")
-            else:
-                self.notices.once(f"nvml:{g.index}:{key}", f"NVML {key} on GPU {g.index}: {e}")
-            return None
-
-    def _fn(self, *names: str) -> Callable[..., Any] | None:
-        for n in names:
-            fn = getattr(self.nv, n, None)
-            if fn is not None:
-                return fn
+        for f in fn if isinstance(fn, tuple) else (fn,):
+            if f is None:
+                continue
+            try:
+                out = f(*args)
+            except Exception as e:
+                code = getattr(e, "value", None)
+                if code == _FN_NOT_FOUND or isinstance(e, AttributeError | NotImplementedError):
+                    continue  # this driver lacks the name: the next one, if any
+                if code == _NOT_SUPPORTED:
+                    g.unsupported.add(key)
+                elif code == _NO_PERMISSION:
+                    g.unsupported.add(key)
+                    self.notices.once(f"nvml:{g.index}:{key}", f"NVML {key} on GPU {g.index}: no permission")
+                elif code == _GPU_LOST:
+                    g.gone = True
+                else:
+                    g.errors.append((f"nvml:{g.index}:{key}", f"NVML {key} on GPU {g.index}: {e}"))
+                return None
+            g.answered += 1
+            self.notices.clear(f"nvml:{g.index}:{key}")  # re-armed: a later failure is said again
+            return out
+        g.unsupported.add(key)  # neither the binding nor the driver has it
         return None
+
+    def _fn(self, *names: str) -> tuple[Callable[..., Any] | None, ...]:
+        return tuple(getattr(self.nv, n, None) for n in names)
+
+    def _settle(self, g: GpuState, now: float) -> bool:
+        """After a GPU's sample: True when it answered. ``GPU is lost``, or every call of the
+        sample failing, marks it lost once (one notice, in words the log classifier's
+        gpu_lost rule knows, with the bus id); it is asked again every LOST_PROBE_S."""
+        gone, errors, answered = g.gone, g.errors, g.answered
+        g.gone, g.errors, g.answered = False, [], 0
+        if not gone and (answered or not errors):
+            for key, message in errors:
+                self.notices.once(key, message)
+            if g.lost:
+                g.lost = False
+                self.notices.clear(f"nvml:{g.index}:lost", f"NVML: GPU {g.index} ({g.bus}) answers again")
+            return True
+        why = "GPU is lost" if gone else f"no NVML call answered ({errors[0][1]})"
+        g.lost, g.probe_at = True, now + LOST_PROBE_S
+        g.slow.clear()  # never republish a lost GPU's last slow readings
+        g.slow_ts = float("-inf")
+        self.rates.forget(lambda k: isinstance(k, tuple) and k[0] == g.dev)
+        self.notices.once(f"nvml:{g.index}:lost", f"NVML: GPU {g.index} (PCI {g.bus}): {why}; its "
+                          f"metrics are left out, asked again every {LOST_PROBE_S:g} s")
+        return False
 
     # -- collection -----------------------------------------------------------------------
     def collect(self, now: float) -> Partial:
         out = Partial()
-        if not self.start():
+        if not self.start(now):
             return out
         for g in self.gpus:
+            if g.lost and now < g.probe_at:
+                continue
             gauges, counters = self._read(g, now)
-            put_gpu(out, self.rates, g.dev, now, gauges, counters, g.max_sm_mhz, g.peak)
+            if self._settle(g, now):
+                put_gpu(out, self.rates, g.dev, now, gauges, counters, g.max_sm_mhz, g.peak)
         out.logs.extend(self._drain_xid(now))
         return out
 
@@ -199,7 +243,8 @@ class NvmlCollector:
         mw = call(g, "power", self._fn("nvmlDeviceGetPowerUsage"), h)
         if mw is not None:
             gauges["gpu_power_w"] = mw / 1000.0
-        temp = call(g, "temp", self._fn("nvmlDeviceGetTemperature"), h, nv.NVML_TEMPERATURE_GPU)
+        temp = call(g, "temp", self._fn("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"), h,
+                    nv.NVML_TEMPERATURE_GPU)
         if temp is not None:
             gauges["gpu_temp_c"] = float(temp)
         mem = call(g, "mem", self._fn("nvmlDeviceGetMemoryInfo"), h)
@@ -239,7 +284,7 @@ class NvmlCollector:
     def _read_nvlink(self, g: GpuState, counters: dict[str, int]) -> None:
         if "nvlink" in g.unsupported:
             return
-        ids = [FI_NVLINK_TX, FI_NVLINK_RX, *FI_NVLINK_ERRORS]
+        ids = [(FI_NVLINK_TX, SCOPE_ALL_LINKS), (FI_NVLINK_RX, SCOPE_ALL_LINKS), *FI_NVLINK_ERRORS]
         values = self._call(g, "nvlink", self._fn("nvmlDeviceGetFieldValues"), g.handle, ids)
         if values is None:
             return
@@ -292,14 +337,22 @@ class NvmlCollector:
                 break
             if not int(ev.eventType) & xid_bit:
                 continue
-            bus = "unknown"
-            try:
-                info = self.nv.nvmlDeviceGetPciInfo(ev.device)
-                bus = kernel_bus(info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId))
-            except Exception:
-                pass
+            bus = self._bus_of(ev.device)
             lines.append(LogLine(now, "agent", xid_line(bus, int(ev.eventData))))
         return lines
+
+    def _bus_of(self, handle: Any) -> str:
+        """The kernel-form bus id of an event's device: learnt at start, since a GPU that
+        raised XID 79 no longer answers nvmlDeviceGetPciInfo."""
+        key = handle_key(handle)
+        for g in self.gpus:
+            if handle_key(g.handle) == key and g.bus != "unknown":
+                return kernel_bus(g.bus)
+        try:
+            info = self.nv.nvmlDeviceGetPciInfo(handle)
+            return kernel_bus(info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId))
+        except Exception:
+            return "unknown"
 
     def inventory(self) -> list[dict[str, Any]]:
         return [{"id": g.dev, "bus": g.bus, "model": g.model, "peak_tflops": g.peak}

@@ -10,7 +10,9 @@ is 64-bit, otherwise it is treated as 32-bit. When a reading goes down:
   negative rate.
 
 A rate needs two readings: the first reading of a key, and a reading whose timestamp does
-not move forward, give no rate.
+not move forward, give no rate. Readings are stamped with wall time; when it steps back (an
+NTP/PTP step), the new reading becomes the base, so rates resume at the next reading instead
+of after the clock has caught up with the old base.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class RateTracker:
             self._wide.add(key)
         prev = self._last.get(key)
         if prev is not None and ts <= prev[0]:
+            if ts < prev[0]:  # the clock stepped back: re-baseline
+                self._last[key] = (ts, value)
             return None  # same instant: keep the older reading as the base
         self._last[key] = (ts, value)
         if prev is None:
@@ -61,6 +65,10 @@ class RateTracker:
         width = 64 if key in self._wide else None
         delta, how = counter_delta(prev[1], value, width)
         return Rate(delta / (ts - prev[0]), how)
+
+    def wide(self, key: Hashable) -> bool:
+        """Whether ``key`` has read at or above 2**32 (so it is a 64-bit counter)."""
+        return key in self._wide
 
     def forget(self, match: Callable[[Hashable], bool]) -> None:
         """Drop the baselines of keys that ``match`` (a device that went away)."""

@@ -8,7 +8,11 @@ drivers/infiniband/hw/mlx5/counters.c)::
     <root>/class/infiniband/<dev>/ports/<port>/hw_counters/*  driver counters (mlx5 Q/cong)
 
 ``port_xmit_data`` and ``port_rcv_data`` count 4-byte words, so bytes = words × 4. Rates
-come from :mod:`producers.agent.rates` (wrap and reset safe). NIC ids are
+come from :mod:`producers.agent.rates` (wrap and reset safe). The ``counters/`` files are the
+PMA PortCounters fields (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR widths: 4, 8, 16 or
+32 bits; 64-bit ``port_*_data`` only with PortCountersExtended), and PMA counters *saturate*
+at all ones instead of wrapping: a saturated counter's rate is unknown, so it is left out
+(said once) until the counter is cleared, rather than read as 0. NIC ids are
 ``<host>/nic<i>``: i is the position of (device, port) in natural order at first sight
 (mlx5_2 before mlx5_10) or in the ``nics`` list when one is given (NIC i is rail i, paired
 with GPU i). A device that disappears reports ``nic_link_up`` 0 and zero rates and is
@@ -42,6 +46,14 @@ RATE_METRICS: dict[str, tuple[tuple[str, ...], float]] = {
                             "counters/port_rcv_remote_physical_errors"), 1.0),
 }
 RAW_METRICS: dict[str, str] = {"nic_link_downed_total": "counters/link_downed"}
+# PMA PortCounters field widths (IBA §16.1.3.5; Linux drivers/infiniband/core/sysfs.c)
+PMA_WIDTH: dict[str, int] = {
+    "counters/symbol_error": 16, "counters/link_error_recovery": 8, "counters/link_downed": 8,
+    "counters/port_rcv_errors": 16, "counters/port_rcv_remote_physical_errors": 16,
+    "counters/port_xmit_discards": 16, "counters/local_link_integrity_errors": 4,
+    "counters/excessive_buffer_overrun_errors": 4, "counters/port_xmit_data": 32,
+    "counters/port_rcv_data": 32,
+}
 COUNTER_FILES: tuple[str, ...] = tuple(sorted(
     {f for files, _ in RATE_METRICS.values() for f in files} | set(RAW_METRICS.values())))
 
@@ -173,6 +185,8 @@ class RdmaCollector:
         rates: dict[str, float] = {}
         for name, value in counters.items():
             r = self.rates.update((port, name), now, value)
+            if self._saturated(port, name, value):
+                continue
             if r is not None:
                 rates[name] = r.per_s
                 if r.how == "reset":  # every reset is worth a line; re-arm at once
@@ -186,6 +200,19 @@ class RdmaCollector:
         for metric, f in RAW_METRICS.items():
             if f in counters:
                 out.put("nic", nic, metric, float(counters[f]))
+
+    def _saturated(self, port: Port, name: str, value: int) -> bool:
+        """A PMA counter stuck at its all-ones maximum (32-bit data counters only until they
+        have read above 2**32, i.e. unless the HCA has the extended counters)."""
+        width = PMA_WIDTH.get(name)
+        key = f"rdma:saturated:{port[0]}/{port[1]}:{name}"
+        if width is None or value != (1 << width) - 1 or self.rates.wide((port, name)):
+            self.notices.clear(key)
+            return False
+        self.notices.once(key, f"RDMA counter {port[0]}/{port[1]} {name} is saturated at {value} "
+                          f"(a {width}-bit PMA counter stops at its maximum); its rate is left out "
+                          "until the counter is cleared (perfquery -x -R, or a driver reload)")
+        return True
 
     def close(self) -> None:
         pass

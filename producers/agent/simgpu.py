@@ -59,7 +59,7 @@ class SimulatedGpuCollector:
         return out
 
     def inventory(self) -> list[dict[str, Any]]:
-        return [{"id": f"{self.host}/gpu{i}", "bus": f"0000:{0x18 + 0x10 * i:02x}:00",
+        return [{"id": f"{self.host}/gpu{i}", "bus": f"0000:{0x18 + 0x10 * i:02x}:00.0",
                  "model": "simulated H100", "peak_tflops": PEAK} for i in range(self.n)]
 
     def close(self) -> None:

@@ -211,3 +211,17 @@ def test_missing_ccl_socket_dir_is_a_notice_not_a_crash(tmp_path: Path) -> None:
     seen: list[str] = []
     assert open_ccl(str(tmp_path / "no" / "such" / "dir" / "ccl.sock"), "h", FixedJob(None),
                     Notices(seen.append)) is None or seen == []
+
+
+def test_a_clock_stepping_back_does_not_stop_sampling() -> None:
+    cap = Capture()
+    fixed = Fixed({"host": {"h1": {"host_cpu_util_pct": 12.0}}})
+    agent = Agent("h1", FixedJob("j"), [fixed], publisher=cap, notices=Notices(lambda _: None),  # type: ignore[arg-type]
+                  interval=1.0, heartbeat_s=5.0)
+    for t in (1_000.0, 1_001.0, 1_002.0):
+        agent.step(t)
+    before = agent.counts["telemetry"]
+    for t in (400.0, 401.0, 402.0, 405.0):  # NTP stepped wall time back 600 s
+        agent.step(t)
+    assert agent.counts["telemetry"] == before + 4  # one batch per interval, no 600 s gap
+    assert agent.heartbeat_seq >= 3

@@ -17,9 +17,14 @@ class FakeError(Exception):
         self.value = value
 
 
+LINKS = 4  # NVLinks per fake GPU
+ALL_LINKS = 0xFFFFFFFF  # nvml.h: "A scopeId of UINT_MAX returns aggregate value ... across all links"
+
+
 def fake_nvml(n: int = 2, unsupported: tuple[str, ...] = (), xids: list[tuple[int, int]] | None = None,
               init_error: int | None = None) -> Any:
-    """A module with the pynvml names the collector uses; handles are ints."""
+    """A module with the pynvml names the collector uses; handles are ints. ``m.broken[h]``
+    makes every call about GPU h raise that NVML error code; ``m.calls[h]`` counts them."""
     state = {"replay": 0, "sbe": 0, "tx": 0}
     events = list(xids or [])
     m = types.SimpleNamespace(NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0, NVML_PCIE_UTIL_TX_BYTES=0,
@@ -27,10 +32,16 @@ def fake_nvml(n: int = 2, unsupported: tuple[str, ...] = (), xids: list[tuple[in
                               NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0,
                               NVML_AGGREGATE_ECC=1, nvmlEventTypeXidCriticalError=8)
 
+    m.broken, m.calls = {}, {}
+
     def fn(name: str, impl: Any) -> None:
         def call(*a: Any) -> Any:
             if name in unsupported:
                 raise FakeError(3)  # NVML_ERROR_NOT_SUPPORTED
+            if name.startswith("nvmlDevice") and a and isinstance(a[0], int) and name != "nvmlDeviceGetHandleByIndex":
+                m.calls[a[0]] = m.calls.get(a[0], 0) + 1
+                if a[0] in m.broken:
+                    raise FakeError(m.broken[a[0]])
             return impl(*a)
         setattr(m, name, call)
 
@@ -38,12 +49,15 @@ def fake_nvml(n: int = 2, unsupported: tuple[str, ...] = (), xids: list[tuple[in
         if init_error is not None:
             raise FakeError(init_error)
 
-    def field_values(h: int, ids: list[int]) -> list[Any]:
-        state["tx"] += 1_000
+    def field_values(h: int, ids: list[Any]) -> list[Any]:
+        state["tx"] += 1_000  # per link and call
         out = []
-        for fid in ids:
-            ok = fid in (138, 139, 38)
-            val = types.SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=state["tx"] if fid != 38 else 2,
+        for entry in ids:  # pynvml: an int, or (fieldId, scopeId)
+            fid, scope = entry if isinstance(entry, tuple) else (entry, 0)
+            links = LINKS if scope == ALL_LINKS else (1 if scope < LINKS else 0)
+            ok = fid == 38 or (fid in (138, 139) and links > 0)
+            val = types.SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0,
+                                        ullVal=state["tx"] * links if fid != 38 else 2,
                                         sllVal=0, siVal=0, usVal=0)
             out.append(types.SimpleNamespace(nvmlReturn=0 if ok else 3, valueType=3, value=val))
         return out
@@ -109,9 +123,9 @@ def test_metrics_and_rates() -> None:
     m = c.collect(12.0).devices["gpu"]["h1/gpu1"]
     assert m["gpu_pcie_replay_per_s"] == pytest.approx(8 / 2)  # 2 GPUs share the fake counter
     assert m["gpu_ecc_sbe_per_s"] == pytest.approx(20 / 2)
-    assert m["gpu_nvlink_tx_bps"] == pytest.approx(2_000 * 1024 / 2)
+    assert m["gpu_nvlink_tx_bps"] == pytest.approx(LINKS * 2_000 * 1024 / 2)  # every link
     assert m["gpu_nvlink_err_per_s"] == 0.0
-    assert [g["bus"] for g in c.inventory()] == ["0000:18:00", "0000:19:00"]
+    assert [g["bus"] for g in c.inventory()] == ["0000:18:00.0", "0000:19:00.0"]
 
 
 def test_unsupported_calls_leave_metrics_out() -> None:
@@ -156,3 +170,118 @@ def test_unexpected_errors_are_reported_once_per_call() -> None:
 def test_kernel_bus(bus: str, kernel: str) -> None:
     assert kernel_bus(bus) == kernel
     assert xid_line(kernel, 79).startswith(f"NVRM: Xid (PCI:{kernel}): 79, pid='<unknown>'")
+
+
+def test_nvlink_throughput_is_read_over_all_links() -> None:
+    asked: list[Any] = []
+    nv = fake_nvml(n=1)
+    real = nv.nvmlDeviceGetFieldValues
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: (asked.append(list(ids)), real(h, ids))[1]
+    c = NvmlCollector("h1", Notices(lambda _: None), nv)
+    c.collect(1.0)
+    m = c.collect(2.0).devices["gpu"]["h1/gpu0"]
+    # scopeId 0 would be link 0 alone; UINT_MAX is the sum over the GPU's links
+    assert (138, ALL_LINKS) in asked[0] and (139, ALL_LINKS) in asked[0]
+    assert m["gpu_nvlink_rx_bps"] == pytest.approx(LINKS * 1_000 * 1024)
+
+
+def test_a_name_the_driver_lacks_falls_back_to_the_other_name() -> None:
+    seen: list[str] = []
+    nv = fake_nvml(n=1)
+
+    def missing(*a: Any) -> Any:
+        raise FakeError(13)  # NVMLError_FunctionNotFound: the binding has it, the driver not
+
+    nv.nvmlDeviceGetCurrentClocksEventReasons = missing  # a driver before r535
+    nv.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x20
+    nv.nvmlDeviceGetTemperature = missing  # a driver after the deprecated name went away
+    nv.nvmlDeviceGetTemperatureV = lambda h, sensor: 58
+    c = NvmlCollector("h1", Notices(seen.append), nv)
+    for t in (1.0, 2.0):
+        m = c.collect(t).devices["gpu"]["h1/gpu0"]
+        assert m["gpu_throttle_mask"] == 0x20 and m["gpu_temp_c"] == 58.0
+    assert seen == []
+
+
+def test_a_gpu_that_falls_off_the_bus_is_marked_once_and_left_alone() -> None:
+    from processors.core.log_classifier import classify
+
+    seen: list[str] = []
+    nv = fake_nvml(n=2)
+    c = NvmlCollector("h1", Notices(seen.append), nv)
+    c.collect(0.0)
+    c.collect(1.0)
+    nv.broken[1] = 15  # NVML_ERROR_GPU_IS_LOST from every call about GPU 1
+    gpus = c.collect(2.0).devices["gpu"]
+    assert "h1/gpu1" not in gpus and "gpu_util_pct" in gpus["h1/gpu0"]  # no stale slow values
+    lost = [m for m in seen if "lost" in m]
+    assert lost == ["NVML: GPU 1 (PCI 0000:19:00.0): GPU is lost; its metrics are left out, "
+                    "asked again every 30 s"]
+    ev = classify(f"aegis-agent notice: {lost[0]}", "agent")
+    assert (ev.rule, ev.severity, ev.action) == ("gpu_lost", "fatal", "isolate_host")
+    calls = nv.calls[1]
+    for t in range(3, 32):  # not asked again before 30 s, nothing more said
+        assert "h1/gpu1" not in c.collect(float(t)).devices["gpu"]
+    assert nv.calls[1] == calls and len(seen) == 1
+    del nv.broken[1]  # it answers again (GPU reset)
+    back = c.collect(32.0).devices["gpu"]["h1/gpu1"]
+    assert "gpu_util_pct" in back and "gpu_pcie_replay_per_s" not in back  # re-baselined
+    assert seen[-1] == "NVML: GPU 1 (0000:19:00.0) answers again"
+
+
+def test_a_gpu_failing_every_call_is_one_notice_not_one_per_call() -> None:
+    seen: list[str] = []
+    nv = fake_nvml(n=2)
+    c = NvmlCollector("h1", Notices(seen.append), nv)
+    c.collect(0.0)
+    nv.broken[0] = 999  # NVML_ERROR_UNKNOWN everywhere, as after a fall off the bus
+    for t in (1.0, 2.0, 3.0):
+        assert "h1/gpu0" not in c.collect(t).devices["gpu"]
+    assert len(seen) == 1 and seen[0].startswith("NVML: GPU 0 (PCI 0000:18:00.0): no NVML call answered")
+
+
+def test_xid_of_a_gpu_that_no_longer_answers_names_its_bus() -> None:
+    from processors.core.log_classifier import classify
+    from schemas.inventory import Inventory
+
+    nv = fake_nvml(n=2, xids=[(1, 79)])
+    c = NvmlCollector("h1", Notices(lambda _: None), nv)
+    c.start(0.0)
+    nv.broken[1] = 15  # XID 79: nvmlDeviceGetPciInfo no longer answers for this GPU
+    line = c.collect(1.0).logs[0].line
+    assert line.startswith("NVRM: Xid (PCI:0000:19:00): 79, ")
+    # the --once inventory's bus ids are the inventory file's form: the XID maps to GPU 1
+    inv = Inventory.from_wire({"hosts": [{"host": "h1", "gpu_bus_ids": [g["bus"] for g in c.inventory()]}]})
+    ev = classify(line, "agent", inv.hosts["h1"])
+    assert (ev.rule, ev.gpu, ev.pci_bus_id) == ("xid_79", 1, "0000:19:00.0")
+
+
+def test_nvml_init_is_retried_when_the_driver_comes_later() -> None:
+    seen: list[str] = []
+    nv = fake_nvml(init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    c = NvmlCollector("h1", Notices(seen.append), nv)
+    assert c.collect(100.0).devices == {} and c.collect(101.0).devices == {}
+    nv.nvmlInit = lambda: None  # the driver container finished
+    assert c.collect(159.0).devices == {}  # not retried before 60 s
+    assert "h1/gpu0" in c.collect(160.0).devices["gpu"]
+    assert seen == ["NVML not available: NVML error 9", "NVML is available now"]
+
+
+def test_a_missing_binding_is_final() -> None:
+    import builtins
+
+    seen: list[str] = []
+    real_import = builtins.__import__
+
+    def no_pynvml(name: str, *a: Any, **k: Any) -> Any:
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *a, **k)
+
+    c = NvmlCollector("h1", Notices(seen.append))
+    builtins.__import__ = no_pynvml
+    try:
+        assert c.collect(1.0).devices == {} and c.collect(1000.0).devices == {}
+    finally:
+        builtins.__import__ = real_import
+    assert len(seen) == 1 and "pynvml module is missing" in seen[0]

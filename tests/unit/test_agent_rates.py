@@ -45,3 +45,11 @@ def test_forget_drops_baselines() -> None:
     t.forget(lambda k: k[0] == "a")  # type: ignore[index]
     assert t.update(("a", "x"), 1.0, 5) is None
     assert t.update(("b", "x"), 1.0, 5) is not None
+
+
+def test_clock_stepping_back_rebaselines_instead_of_stalling() -> None:
+    t = RateTracker()
+    t.update("k", 1_000.0, 100)
+    assert t.update("k", 400.0, 200) is None  # wall clock stepped back 600 s (NTP step)
+    r = t.update("k", 401.0, 260)  # rates resume at once, measured from the new base
+    assert r is not None and r.per_s == pytest.approx(60.0)

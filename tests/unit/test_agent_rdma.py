@@ -149,3 +149,33 @@ def test_explicit_rail_order(sysfs: Path) -> None:
     ("4: ACTIVE\n", 1.0), ("1: DOWN", 0.0), ("2: INIT", 0.0), ("ACTIVE", 1.0), ("", None)])
 def test_parse_state(text: str, up: float | None) -> None:
     assert parse_state(text) == up
+
+
+def test_saturated_pma_counters_are_unknown_not_zero(sysfs: Path) -> None:
+    # a 32-bit PortCounters HCA (no PortCountersExtended): port_xmit_data stops at 2**32-1;
+    # symbol_error is 16 bits and stops at 65535 (IBA PMA counters saturate, they don't wrap)
+    c, notices = collector(sysfs)
+    bump(sysfs, "mlx5_2", "counters/port_xmit_data", U32 - 1)
+    bump(sysfs, "mlx5_2", "counters/symbol_error", 0xFFFF)
+    bump(sysfs, "mlx5_2", "counters/port_rcv_errors", 10)
+    c.collect(1.0)
+    bump(sysfs, "mlx5_2", "counters/port_rcv_errors", 14)
+    for t in (2.0, 3.0):
+        m = c.collect(t).devices["nic"]["h01/nic2"]
+        assert "nic_tx_bps" not in m  # not 0 B/s: a saturated counter says nothing
+        assert "nic_rx_bps" in m
+        assert m["nic_port_err_per_s"] == (4.0 if t == 2.0 else 0.0)  # the others still count
+    assert sum("saturated" in h for h in notices.history) == 2
+    bump(sysfs, "mlx5_2", "counters/port_xmit_data", 1_000)  # perfquery -x -R cleared it
+    c.collect(4.0)
+    bump(sysfs, "mlx5_2", "counters/port_xmit_data", 2_000)
+    assert c.collect(5.0).devices["nic"]["h01/nic2"]["nic_tx_bps"] == 4_000.0
+
+
+def test_a_64_bit_data_counter_passing_2_32_minus_1_is_not_saturated(sysfs: Path) -> None:
+    c, notices = collector(sysfs)
+    bump(sysfs, "mlx5_2", "counters/port_xmit_data", U32 + 5)
+    c.collect(1.0)
+    bump(sysfs, "mlx5_2", "counters/port_xmit_data", U32 + 10)
+    assert c.collect(2.0).devices["nic"]["h01/nic2"]["nic_tx_bps"] == 20.0
+    assert not any("saturated" in h for h in notices.history)
