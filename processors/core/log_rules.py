@@ -60,6 +60,7 @@ def xid_line_severity(line: str) -> str | None:
     return None
 
 
+_FM_SXID = re.compile(r"detected NVSwitch (?:non-)?fatal error (\d{1,6})")
 _SMI_BUS = re.compile(r"device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
 _SXID = re.compile(r"SXid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):?\s*(\d{1,6})\b")
 
@@ -76,13 +77,18 @@ def nvrm(line: str) -> Hit | None:
             return Hit("critical_gpu", "fatal", "gpu_lost", pci=bus)
         # "Unknown Error": a GPU that fell off, or a container that lost its device nodes
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable", pci=bus)
-    if "GPU is lost" in line:  # NVML's verdict as other clients print it (kubelet, plugins)
-        return Hit("critical_gpu", "fatal", "gpu_lost")
+    if "GPU is lost" in line:  # NVML's verdict as other clients print it (kubelet, plugins,
+        m = _BUS.search(line, 0, SCAN_CHARS)  # the agent's notice, which names the bus)
+        return Hit("critical_gpu", "fatal", "gpu_lost", pci=m.group(1) if m else None)
     if "SXid" in line:  # NVSwitch errors; the line says Fatal / Non-fatal itself
         m = _SXID.search(line, 0, SCAN_CHARS)
         if m:
             sev = xid_line_severity(line) or "degraded"
             return Hit("nvlink", sev, f"sxid_{m.group(2)}", pci=m.group(1))
+    if "detected NVSwitch" in line and "error" in line:  # the fabric manager's own SXid report
+        m = _FM_SXID.search(line, 0, SCAN_CHARS)
+        sev = "degraded" if "non-fatal" in line else "fatal" if "fatal error" in line else "degraded"
+        return Hit("nvlink", sev, f"sxid_{m.group(1)}" if m else "nvswitch_error")
     if "NVRM" not in line:
         return None
     if "API mismatch" in line:  # the kernel's side of NVML's "Driver/library version mismatch"

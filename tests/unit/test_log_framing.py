@@ -9,6 +9,7 @@ import json
 import pytest
 
 from processors.core.log_classifier import classify, unframe
+from schemas.inventory import HostInventory
 
 TS = "2026-12-03T10:00:00.123456789Z"
 XID79 = "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"
@@ -145,3 +146,23 @@ def test_audit7_pcie_controller_link_is_not_a_nic(line: str) -> None:
 def test_audit7_nic_link_down_unchanged(line: str, rule: str, sev: str) -> None:
     ev = classify(line)
     assert (ev.category, ev.rule, ev.severity) == ("nic_or_link", rule, sev)
+
+
+@pytest.mark.parametrize(("line", "sev", "rule"), [
+    ("[Feb 27 2025 15:10:02] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on fid 0 "
+     "on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61", "degraded", "sxid_12028"),
+    ("[Feb 27 2025 15:10:02] [ERROR] [tid 12727] detected NVSwitch fatal error 20034 on fid 0 "
+     "on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61", "fatal", "sxid_20034"),
+])
+def test_the_fabric_managers_own_sxid_report(line: str, sev: str, rule: str) -> None:
+    """nv-fabricmanager's log says what the kernel's SXid line says (audit 7)."""
+    e = classify(line)
+    assert (e.category, e.severity, e.rule) == ("nvlink", sev, rule)
+    assert classify("[INFO] [tid 1] Successfully configured all the available NVSwitches").category == "other"
+
+
+def test_the_agents_gpu_lost_notice_names_its_gpu() -> None:
+    inv = HostInventory("h1", gpu_bus_ids=("0000:18:00.0", "0000:3b:00.0"))
+    e = classify("aegis-agent notice: NVML: GPU 1 (PCI 0000:3b:00.0): GPU is lost; its metrics "
+                 "are left out, asked again every 30 s", "agent", inv)
+    assert (e.rule, e.gpu, e.action) == ("gpu_lost", 1, "isolate_host")
