@@ -44,7 +44,9 @@ def test_a_slow_gpu_in_the_agents_own_telemetry_is_named_as_every_detector_names
             part = gpus[h].collect(ts)
             batch = TelemetryBatch(h, ts, build_groups(part.devices), "j1")
             assert batch.devices["gpu"].ids[0] == f"{h}/gpu0"  # the agent's full names
-            diags += det.observe(decode(TelemetryBatch, encode(batch))).diagnoses
+            wire = decode(TelemetryBatch, encode(batch))
+            assert isinstance(wire, TelemetryBatch)
+            diags += det.observe(wire).diagnoses
     diags += det.flush().diagnoses
     assert [(d.kind, d.culprits.gpus) for d in diags] == [("slow_compute", ("h0005/gpu2",))]
     assert diags[0].evidence["actions"] == [["isolate_gpu", "h0005/gpu2"]]
