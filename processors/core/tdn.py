@@ -51,6 +51,9 @@ class TDNConfig:
     persist: int = 5  # consecutive violating evaluations before a rule fires
     persist_window_s: float = 10.0  # ... spanning at least this much event time
     min_ranks: int = 4  # fewer ranks with a value in an iteration: not compared
+    # more ranks than this share (at least 1) short in one iteration: a mixed population
+    # (slower hardware in part of the job, uneven work), not a straggler; nobody violates
+    max_slow_share: float = 0.25
     seq_timeout_s: float = 5.0  # an incomplete iteration is evaluated after this long
     seq_bucket: int = 1  # launches compared together: 1 = exact iterations; raise it when the
     # plugin samples launches that are not aligned across hosts (seq // seq_bucket is the key)
@@ -64,9 +67,9 @@ class TDNConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
-                or self.seq_bucket < 1:
+                or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1:
             raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
-                              "seq_bucket >= 1")
+                              "seq_bucket >= 1, 0 < max_slow_share <= 1")
         if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
                 self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
                                                   self.max_links, self.max_pending_seqs) < 1:
@@ -231,6 +234,9 @@ class TDNDetector:
             mean = sum(vals.values()) / len(vals)
             streaks = st.streaks[rule]
             short = rule == "td_short"
+            # many arrive last: two populations, not a straggler; nobody violates this time
+            mixed = short and sum(v < alpha * mean for v in vals.values()) > max(
+                1, int(cfg.max_slow_share * len(vals)))
             ranks = sorted(vals)
             hot = False  # a rank reached ``persist`` violations: the firing pass is needed
             for r in ranks:
@@ -238,7 +244,7 @@ class TDNDetector:
                 s = streaks.get(r)
                 if s is None:
                     s = streaks[r] = Streak()
-                if ratio < alpha if short else ratio > beta:
+                if (ratio < alpha and not mixed) if short else ratio > beta:
                     if s.count == 0:
                         s.first_seq, s.first_ts = seq, ts
                     s.count, s.clean = s.count + 1, 0

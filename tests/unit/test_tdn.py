@@ -212,3 +212,20 @@ def test_a_slow_rank_whose_gpu_is_unknown_names_its_host() -> None:
     (d,) = out.diagnoses
     assert (d.kind, d.culprits.hosts, d.culprits.gpus) == ("slow_compute", ("h2",), ())
     assert d.evidence["actions"] == [["isolate_host", "h2"]]
+
+
+@pytest.mark.parametrize("share", [0.25, 1.0])
+def test_half_the_job_on_slower_gpus_is_two_populations_not_stragglers(share: float) -> None:
+    """Hosts 0-7 of 16 compute 30 % slower (mixed hardware): in every DP iteration half the
+    ranks arrive last. No straggler to name (max_slow_share); without the rule (share 1.0)
+    the TD rule isolated GPUs of the slower half. A lone slow GPU is still named."""
+    job, det = SynthJob(seed=5), TDNDetector(JOB, TDNConfig(max_slow_share=share))
+    for h in range(8):
+        for g in range(8):
+            job.slow[(h, g)] = 1.3
+    out = run(det, job, 60)
+    assert len(out.diagnoses) == (64 if share == 1.0 else 0)
+    job.slow[(12, 3)] = 1.3
+    later = run(det, job, 60).diagnoses
+    if share < 1.0:
+        assert [d.culprits.gpus for d in later] == [("h0012/gpu3",)]
