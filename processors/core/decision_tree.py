@@ -270,8 +270,7 @@ class DecisionTree:
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
                 return self._make("dist_error", "root_diag", events, key, path,
                                   [target, *self._restart()], detected_ts, 0.75,
-                                  hosts=[host] if gpu is None else [],
-                                  gpus=[gpu_id(host, gpu)] if gpu is not None else [],
+                                  hosts=[host], gpus=[gpu_id(host, gpu)] if gpu is not None else [],
                                   summary=f"root of the failed connections: {target[1]} ({why})")
             path.append("RootDiag:miss")
         else:
@@ -303,7 +302,8 @@ class DecisionTree:
             # with a NIC; NVLink joins every GPU of the host), as do NIC errors
             if any(e.action == "isolate_host" or e.gpu is None or e.cat in HOST_WIDE for e in mine):
                 acts.append(["isolate_host", host])
-                hosts.append(host)
+                hosts.append(host)  # and the GPUs the lines name (XID 79 on GPU 2), as evidence
+                gpus += sorted({gpu_id(host, e.gpu) for e in mine if e.gpu is not None})
             else:
                 for g in sorted({e.gpu for e in mine if e.gpu is not None}):
                     acts.append(["isolate_gpu", gpu_id(host, g)])
@@ -314,7 +314,7 @@ class DecisionTree:
         what = crit[0].rule if len({e.rule for e in crit}) == 1 else "critical errors"
         return self._make("critical_error", "critical_error", events, crit, path, acts, detected_ts,
                           0.95, hosts=hosts, gpus=gpus, attributed=others,
-                          summary=f"{what} on {', '.join(hosts + gpus)}; {others} distributed "
+                          summary=f"{what} on {', '.join(sorted(set(hosts + gpus) - {g.split('/')[0] for g in gpus}))}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
 
     def _restart(self) -> list[list[str]]:
