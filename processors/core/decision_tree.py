@@ -73,8 +73,7 @@ class DecisionTree:
         # [first, last] "the job was stopped from outside" lines of the latest shutdown (lines
         # under quiet_s apart belong to one: each host's agent logs its own)
         self.terminated: list[float] | None = None
-        self.offline_at: float | None = None  # a burst headed for OfflineDiag is judged then
-        self._new_trigger = False
+        self.offline_at: float | None = None  # a held burst (_hold_until) is judged then
         self.peers = JobPeers(job, inventory, self.seen_hosts)
 
     # ---- contract ------------------------------------------------------------------------
@@ -118,17 +117,16 @@ class DecisionTree:
             self.incident = None
         start = self._burst_start()
         if start is not None and self.watermark >= start + self.cfg.settle_s:
-            if self.offline_at is not None and self.watermark < self.offline_at \
-                    and not self._new_trigger:
-                return out  # waiting for Phase 2 (offline_wait_s)
-            self._new_trigger = False
-            d = self._judge(self.burst, start + self.cfg.settle_s)
-            if d.evidence.get("rule") == "offline_diag":
-                if self.offline_at is None:
-                    self.offline_at = start + self.cfg.settle_s + self.cfg.offline_wait_s
-                if self.watermark < self.offline_at:
+            if self.offline_at is not None and self.watermark < self.offline_at:
+                return out  # held: for Phase 2, for the rest of a pair's peers, for a new trigger
+            at = self.offline_at if self.offline_at is not None else start + self.cfg.settle_s
+            d = self._judge(self.burst, at)
+            hold = self._hold_until(d, start)
+            if hold is not None and at < hold:
+                self.offline_at = hold
+                if self.watermark < hold:
                     return out
-                d = self._judge(self.burst, self.offline_at)
+                d = self._judge(self.burst, hold)
             self.offline_at = None
             hosts = sorted({e.host for e in self.burst if e.host_fatal})
             last = max(e.ts for e in self.burst)
@@ -157,7 +155,7 @@ class DecisionTree:
                 "recent": [list(astuple(e)) for e in self.recent],
                 "incident": dict(self.incident) if self.incident else None,
                 "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
-                "offline_at": self.offline_at, "new_trigger": self._new_trigger}
+                "offline_at": self.offline_at}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -177,7 +175,6 @@ class DecisionTree:
         t.seen_hosts.update(state.get("seen_hosts", []))  # the set JobPeers shares
         off = state.get("offline_at")
         t.offline_at = float(off) if off is not None else None
-        t._new_trigger = bool(state.get("new_trigger", False))
         term = state.get("terminated")
         t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
@@ -207,7 +204,9 @@ class DecisionTree:
                 self.recent = []
             if len(self.burst) < self.cfg.max_burst_events:
                 self.burst.append(ev)
-            self._new_trigger = self._new_trigger or (trigger and self.offline_at is not None)
+            if trigger and self.offline_at is not None:  # a finding while a burst is held:
+                # judged once it has settled like any trigger (its peers report meanwhile)
+                self.offline_at = min(self.offline_at, ev.ts + self.cfg.settle_s)
             return
         self.recent = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s][-255:] + [ev]
 
@@ -253,14 +252,23 @@ class DecisionTree:
                 named = sorted(self.peers.job_hosts)  # the unresolved end of a 2-host job's link
             # both ends must be hosts we can name: a peer outside the job (a storage server,
             # an address no inventory lists) does not make the one reporter a culprit
+            own: tuple[str, str] | None = None
             if len(involved) == 2 and len(named) == 2 and between:
+                own = self._one_end_at_fault(events, named)
+                if own is None:
+                    path.append(f"DistError:{len(involved)}hosts")
+                    acts = [["isolate_host", h] for h in named] + self._restart()
+                    return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
+                                      detected_ts, 0.7, hosts=named, summary=f"distributed errors "
+                                      f"between {' and '.join(named)}: isolate both")
+                path.append(f"DistError:2hosts:{own[0]}_evidence")
+                if own[0] == "config":
+                    return self._config(events, [e for e in events if e.cat == "config"], path,
+                                        detected_ts)
+            else:
                 path.append(f"DistError:{len(involved)}hosts")
-                acts = [["isolate_host", h] for h in named] + self._restart()
-                return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
-                                  detected_ts, 0.7, hosts=named,
-                                  summary=f"distributed errors between {' and '.join(named)}: isolate both")
-            path.append(f"DistError:{len(involved)}hosts")
-            suspects = sorted({e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
+            suspects = [own[1]] if own else sorted(
+                {e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
             centre = root_of(edges, suspects, self.peers.job_hosts or frozenset(self.seen_hosts),
                              {e.host for e in dist}, self.cfg.root_min_share)
             if centre is not None:
@@ -316,6 +324,32 @@ class DecisionTree:
                           0.95, hosts=hosts, gpus=gpus, attributed=others,
                           summary=f"{what} on {', '.join(sorted(set(hosts + gpus) - {g.split('/')[0] for g in gpus}))}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
+
+    def _hold_until(self, d: Diagnosis, start: float) -> float | None:
+        """When a verdict waits for more evidence: OfflineDiag, the last resort, until Phase 2
+        had ``offline_wait_s`` to name a culprit; any verdict on errors between 2 hosts (isolate
+        both, or the end with a fault of its own), in a job of more, until ``pair_settle_s``."""
+        rule = d.evidence.get("rule")
+        if rule == "offline_diag":
+            return start + self.cfg.settle_s + self.cfg.offline_wait_s
+        if len(self.peers.members) > 2 and any(
+                str(p).startswith("DistError:2hosts") for p in d.evidence.get("path", ())):
+            return start + max(self.cfg.settle_s, self.cfg.pair_settle_s)
+        return None
+
+    @staticmethod
+    def _one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[str, str] | None:
+        """Aegis Alg. 1 isolates both ends of errors between 2 hosts, since the link between
+        them cannot tell which failed. When one end has a fault of its own in the burst (a
+        host-side event, or a configuration error) and the other none, that end is the root
+        and the other only lost its connection to it, as when the first of a crashed host's
+        peers reports before the rest: ("host" or "config", that end), else None."""
+        kinds = [{"host" if e.cat in HOST_SIDE else "config" for e in events if e.host == h
+                  and e.sev != "info" and (e.cat in HOST_SIDE or e.cat == "config")} for h in ends]
+        if bool(kinds[0]) == bool(kinds[1]):
+            return None
+        k, end = (kinds[0], ends[0]) if kinds[0] else (kinds[1], ends[1])
+        return ("host" if "host" in k else "config"), end
 
     def _restart(self) -> list[list[str]]:
         """``restart_job`` for the job; none for a host-keyed pseudo-job (records without a

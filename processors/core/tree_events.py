@@ -34,6 +34,10 @@ class DecisionTreeConfig:
     # guard refuses the offline test as already_localised (also when the logs topic is
     # consumed ahead of the CCL topic); a finding that arrives meanwhile takes precedence
     offline_wait_s: float = 120.0
+    # "errors between 2 hosts" (isolate both) in a job of more hosts waits this long after
+    # the first trigger: the first of a crashed host's peers often reports seconds before the
+    # rest, and only the rest show which end is the root (RootDiag)
+    pair_settle_s: float = 15.0
     max_lateness_s: float = 300.0  # older records are rejected as late
     max_burst_events: int = 5000
     evidence_lines: int = 5

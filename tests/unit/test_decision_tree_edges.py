@@ -133,3 +133,46 @@ def test_an_idle_host_keyed_by_its_name_gets_no_restart_job() -> None:
     recs = [LogRecord("h05", 60.0, "kernel", xid79(), None)]
     (d,) = run(tree, recs, until=120.0)
     assert d.evidence["actions"] == [["isolate_host", "h05"]]
+
+
+NIC_DOWN = "mlx5_core 0000:5e:00.0 ens1f0np0: Link down"
+
+
+def test_the_first_of_a_crashed_hosts_peers_is_not_isolated_with_it() -> None:
+    """h03's watchdog fires at 120 s; h00 reports a reset naming h03 3 s later, the other peers
+    6-8 s after that. Judging "errors between 2 hosts" at 5 s isolated h00 with h03; the
+    pair verdict waits pair_settle_s (15 s) in a job of more hosts, and then RootDiag sees the
+    whole picture: h03 alone."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(120.0, "h03", watchdog(24)), rec(123.0, "h00", reset(ip(3)))]
+    recs += [rec(129.0 + h, f"h0{h}", closed(ip(3))) for h in (1, 2, 5)]
+    recs += [rec(130.0 + 0.5 * i, f"h0{h}", "heartbeat") for i, h in enumerate(range(6))]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == "root_diag" and d.culprits.hosts == ("h03",)
+    assert d.evidence["actions"] == [["isolate_gpu", "h03/gpu0"], ["restart_job", JOB]]
+    assert d.detected_ts == 120.0 + 15.0
+
+
+def test_a_link_fault_between_two_hosts_of_a_bigger_job_still_isolates_both() -> None:
+    """Aegis Alg. 1: errors between exactly 2 hosts, and nobody else reports: isolate both,
+    once pair_settle_s has passed."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(120.0, "h01", ib_completion(ip(2))), rec(120.4, "h02", ib_completion(ip(1)))]
+    assert run(tree, recs, until=130.0) == []
+    (d,) = run(tree, [], until=140.0)
+    assert d.evidence["rule"] == "dist_error_2hosts" and d.culprits.hosts == ("h01", "h02")
+
+
+@pytest.mark.parametrize(("own", "rule", "actions"), [
+    (NIC_DOWN, "root_diag", [["isolate_gpu", "h03/gpu0"], ["restart_job", JOB]]),
+    ("NVML not detected: could not load NVML library: libnvidia-ml.so.1", "config_check", []),
+])
+def test_the_end_with_a_fault_of_its_own_is_the_root(own: str, rule: str, actions: list) -> None:
+    """h03 logs a fault of its own (a NIC link down, a broken NVML) and h00 loses its
+    connection to it: not "isolate both". A host-side fault makes h03 the root; a
+    configuration error is ConfigCheck's, with no isolation."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(119.0, "h03", own, "kernel"), rec(121.0, "h00", reset(ip(3)))]
+    (d,) = run(tree, recs, until=200.0)
+    assert d.evidence["rule"] == rule and d.evidence["actions"] == actions
+    assert "DistError:2hosts:" + ("host" if actions else "config") + "_evidence" in d.evidence["path"]
