@@ -13,6 +13,8 @@ from processors.core.root_diag import Edge
 from processors.core.tree_events import TreeEvent
 from schemas.inventory import Inventory
 
+_LOOPBACK = frozenset(("::1", "localhost", "0.0.0.0"))
+
 
 class JobPeers:
     """Resolves peers against the inventory, the job's rank map and roster, and the hosts
@@ -53,6 +55,8 @@ class JobPeers:
             addr = e.peer[1:e.peer.index("]")]
         else:
             addr = e.peer.rsplit(":", 1)[0] if e.peer.count(":") == 1 else e.peer
+        if addr in _LOOPBACK or addr.startswith(("127.", "::ffff:127.")):
+            return e.host, None  # a connection inside the host (Gloo's, the c10d store's)
         inv = self.inventory
         if inv is not None:
             host = inv.host_for_ip(addr)

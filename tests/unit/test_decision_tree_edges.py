@@ -176,3 +176,13 @@ def test_the_end_with_a_fault_of_its_own_is_the_root(own: str, rule: str, action
     (d,) = run(tree, recs, until=200.0)
     assert d.evidence["rule"] == rule and d.evidence["actions"] == actions
     assert "DistError:2hosts:" + ("host" if actions else "config") + "_evidence" in d.evidence["path"]
+
+
+def test_a_loopback_peer_is_the_reporters_own_host() -> None:
+    """Gloo and the c10d store connect inside the host: a closed connection to 127.0.1.1 is
+    no link to check (it gave run_netdiag 127.0.1.1<->h03)."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    line = ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:575] Connection "
+            "closed by peer [127.0.1.1]:39827")  # YOLOX#702
+    (d,) = run(tree, [rec(60.0, "h03", line)], until=300.0)
+    assert not any("127.0" in a[1] for a in d.evidence["actions"])
