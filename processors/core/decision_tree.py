@@ -278,7 +278,8 @@ class DecisionTree:
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
                 return self._make("dist_error", "root_diag", events, key, path,
                                   [target, *self._restart()], detected_ts, 0.75,
-                                  hosts=[host], gpus=[gpu_id(host, gpu)] if gpu is not None else [],
+                                  hosts=[host] if gpu is None else [],  # a GPU's fault spares its host
+                                  gpus=[gpu_id(host, gpu)] if gpu is not None else [],
                                   summary=f"root of the failed connections: {target[1]} ({why})")
             path.append("RootDiag:miss")
         else:
