@@ -148,7 +148,7 @@ def test_the_first_of_a_crashed_hosts_peers_is_not_isolated_with_it() -> None:
     recs += [rec(129.0 + h, f"h0{h}", closed(ip(3))) for h in (1, 2, 5)]
     recs += [rec(130.0 + 0.5 * i, f"h0{h}", "heartbeat") for i, h in enumerate(range(6))]
     (d,) = run(tree, recs, until=200.0)
-    assert d.evidence["rule"] == "root_diag" and d.culprits.hosts == ("h03",)
+    assert d.evidence["rule"] == "root_diag" and d.culprits.gpus == ("h03/gpu0",)
     assert d.evidence["actions"] == [["isolate_gpu", "h03/gpu0"], ["restart_job", JOB]]
     assert d.detected_ts == 120.0 + 15.0
 
