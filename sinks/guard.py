@@ -109,6 +109,7 @@ class _State:
     isolations: list[tuple[float, str, str]] = field(default_factory=list)  # sorted (ts,job,host)
     issued: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (job,act,tgt)->ts
     systemic: dict[str, float] = field(default_factory=dict)  # job -> ts of the last trip
+    named: dict[str, float] = field(default_factory=dict)  # job -> ts its culprit's isolation hit a cap
     watermark: float = 0.0
     pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
 
@@ -175,6 +176,7 @@ class Guard:
                 for a, tgt in isolations:
                     refuse(a, tgt, reason, detail)
                 isolation_refused = True
+                s.named[d.job] = max(t, s.named.get(d.job, t))  # localised, though not isolated
                 if reason == "blast_radius":
                     raised_cmd = self._systemic(d, t, isolations, detail)
                     if raised_cmd is not None:
@@ -213,11 +215,14 @@ class Guard:
                 if host_of(tgt) in earlier]
 
     def _localised(self, job: str, t: float) -> bool:
-        """Aegis Alg. 1: OfflineDiag is the fallback. A job whose culprit was isolated or
-        sent to NetDiag within ``window_s`` does not also need all its hosts taken out."""
+        """Aegis Alg. 1: OfflineDiag is the fallback. A job whose culprit was isolated, sent to
+        NetDiag, or named but refused isolation by a cap (the cluster budget, the blast radius)
+        within ``window_s`` does not also need all its hosts taken out."""
         w = self.config.window_s
         if any(j == job and abs(ts - t) <= w for ts, j, _ in self._s.isolations):
             return True
+        if job in self._s.named and abs(self._s.named[job] - t) <= w:
+            return True  # named, but a cap refused the isolation: taking every host out is worse
         return any(j == job and a == "run_netdiag" and abs(ts - t) <= w
                    for (j, a, _), ts in self._s.issued.items())
 
@@ -335,6 +340,7 @@ class Guard:
         s.isolations = [x for x in s.isolations if x[0] >= horizon]
         s.issued = {k: v for k, v in s.issued.items() if v >= horizon}
         s.systemic = {k: v for k, v in s.systemic.items() if v >= horizon}
+        s.named = {k: v for k, v in s.named.items() if v >= horizon}
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -345,6 +351,7 @@ class Guard:
                 "isolations": sorted([ts, job, h] for ts, job, h in s.isolations),
                 "issued": sorted([*k, v] for k, v in s.issued.items()),
                 "systemic": sorted([k, v] for k, v in s.systemic.items()),
+                "named": sorted([k, v] for k, v in s.named.items()),
                 "job_sizes": dict(sorted(self._sizes.items()))}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -357,5 +364,6 @@ class Guard:
             isolations=sorted((float(ts), str(j), str(h)) for ts, j, h in state["isolations"]),
             issued={(str(j), str(a), str(tg)): float(v) for j, a, tg, v in state["issued"]},
             systemic={str(k): float(v) for k, v in state["systemic"]},
+            named={str(k): float(v) for k, v in state.get("named", [])},
             watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))
         self._sizes = {str(k): int(v) for k, v in state.get("job_sizes", {}).items()}

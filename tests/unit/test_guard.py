@@ -303,3 +303,18 @@ def test_an_earlier_finding_processed_late_is_not_refused_as_answered() -> None:
     out = g.decide(diag(actions=[("isolate_gpu", "h5/gpu2"), ("restart_job", "j1")],
                         ts=105.0, event_ts=100.0))
     assert ("isolate_gpu", "h5/gpu2") in [(c.action, c.target) for c in out.commands]
+
+
+def test_offline_diag_refused_when_the_culprit_was_named_but_a_cap_refused_it() -> None:
+    """The cluster budget refused a hang's isolation: the culprit is still known, and taking
+    every host of the job out is no better (the e2e's 50-fault run sent run_offline_diag)."""
+    g = Guard(GuardConfig(cluster_max_isolations=1))
+    assert g.decide(diag(job="j0", actions=iso("h0", "j0"), ts=100.0)).commands
+    out = g.decide(diag(job="j1", kind="hang_compute", actions=iso("h1", "j1"), ts=130.0))
+    assert {r.reason for r in out.refusals} == {"cluster_rate_limit", "follows_refused_isolation"}
+    late = g.decide(diag(job="j1", kind="offline_needed", actions=[("run_offline_diag", "j1")],
+                         ts=250.0))
+    assert not late.commands and [r.reason for r in late.refusals] == ["already_localised"]
+    back = Guard(GuardConfig(cluster_max_isolations=1))
+    back.restore(g.snapshot())
+    assert back.snapshot() == g.snapshot() and back._s.named == {"j1": 130.0}
