@@ -328,13 +328,16 @@ class DecisionTree:
 
     def _hold_until(self, d: Diagnosis, start: float) -> float | None:
         """When a verdict waits for more evidence: OfflineDiag, the last resort, until Phase 2
-        had ``offline_wait_s`` to name a culprit; any verdict on errors between 2 hosts (isolate
-        both, or the end with a fault of its own), in a job of more, until ``pair_settle_s``."""
+        had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
+        on errors between 2 hosts (isolate both, or the end with a fault of its own) and the
+        silent-host verdict (a peer that has not reported *yet* is not silent) until
+        ``pair_settle_s``."""
         rule = d.evidence.get("rule")
         if rule == "offline_diag":
             return start + self.cfg.settle_s + self.cfg.offline_wait_s
         if len(self.peers.members) > 2 and any(
-                str(p).startswith("DistError:2hosts") for p in d.evidence.get("path", ())):
+                str(p).startswith(("DistError:2hosts", "RootDiag:silent_host"))
+                for p in d.evidence.get("path", ())):
             return start + max(self.cfg.settle_s, self.cfg.pair_settle_s)
         return None
 
@@ -361,7 +364,7 @@ class DecisionTree:
                 detected_ts: float) -> Diagnosis:
         path.append("ConfigCheck:hit")
         cfg_hosts = sorted({e.host for e in config})
-        pool = self.peers.job_hosts or {e.host for e in events}
+        pool = self.peers.members or {e.host for e in events}  # roster, else hosts seen
         systemic = len(cfg_hosts) >= max(1, math.ceil(self.cfg.config_majority * len(pool)))
         rule = Counter(e.rule for e in config).most_common(1)[0][0]
         acts = [["rollback_update", self.job]] if systemic and rule in UPDATE_RULES else []

@@ -186,3 +186,25 @@ def test_a_loopback_peer_is_the_reporters_own_host() -> None:
             "closed by peer [127.0.1.1]:39827")  # YOLOX#702
     (d,) = run(tree, [rec(60.0, "h03", line)], until=300.0)
     assert not any("127.0" in a[1] for a in d.evidence["actions"])
+
+
+def test_a_peer_that_has_not_reported_yet_is_not_the_silent_host() -> None:
+    """Every host logs a watchdog within a second but h05, 8 s later. Judged at 5 s, h05 was
+    "the one host that reported nothing" and was isolated; the silent-host verdict waits
+    pair_settle_s."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(120.0 + 0.2 * h, f"h0{h}", watchdog(8 * h)) for h in (3, 0, 1, 2, 4)]
+    recs.append(rec(128.0, "h05", watchdog(40)))
+    out = run(tree, recs, until=400.0)
+    assert not any(a[0].startswith("isolate") for d in out for a in d.evidence["actions"])
+
+
+def test_one_hosts_version_mismatch_is_not_systemic_without_an_inventory() -> None:
+    """Without a roster the job's hosts are those seen logging, not only those in the burst:
+    one host's NCCL version mismatch in a 6-host job asked for a rollback."""
+    from tests.unit.test_decision_tree import TRUNCATED
+
+    tree = DecisionTree(JOB)
+    recs = [rec(100.0 + h, f"h0{h}", "heartbeat", "agent") for h in range(6)]
+    (d,) = run(tree, [*recs, rec(120.0, "h03", TRUNCATED)], until=200.0)
+    assert d.kind == "config" and d.evidence["actions"] == [] and not d.evidence["systemic"]
