@@ -151,7 +151,7 @@ class InputProcessor:
         restart: list[Rejection] = []
         skewed = clock.restarts(rec.host, rec.ts, watermark)
         if skewed is not None and watermark is not None:
-            dets = self._restart(job)
+            dets = self._start_over(job)
             restart = [Rejection(self.kind, job, skewed, "clock_skew", (
                 f"the job's first host set its clock to {watermark:.3f}, {watermark - rec.ts:.0f}s "
                 f"ahead of host {rec.host}: the job's detectors start over at {rec.ts:.3f}"),
@@ -169,7 +169,7 @@ class InputProcessor:
             out.extend(det.advance(now))
         return out
 
-    def _restart(self, job: str) -> dict[str, Any]:
+    def _start_over(self, job: str) -> dict[str, Any]:
         """The job's first host was far ahead of the others (JobClock.restarts): what its
         records built is dropped, and the job's detectors start over."""
         self._watermark.pop(job, None)

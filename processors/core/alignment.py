@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
+from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
 from processors.core.ccl_state import CommRoster, links_for, localise, tor_lookup
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -144,11 +144,6 @@ class AlignmentDetector:
         else:
             old.wr, old.wc = wr, wc
 
-    def _restart(self, host: str) -> list[list[str]]:
-        """``restart_job``, unless the job key is the host itself (records without a job id
-        are keyed by their host: there is no job to restart)."""
-        return [] if host == self.job else [["restart_job", self.job]]
-
     def _rearm(self, comm: str) -> None:
         """Aegis §4.2: the communicator advances again; its incidents end at the next
         assessment that no longer sees them."""
@@ -234,7 +229,7 @@ class AlignmentDetector:
             quiet = sorted(gpu_id(h, g) for (h, g), comms in self.roster.by_gpu.items()
                            if h == host and all(self.roster.members[c][r].seen_ts <= since
                                                 for c, r in comms.items()))
-            ev = {"actions": [["isolate_host", host], *self._restart(host)],
+            ev = {"actions": [["isolate_host", host], *restart_actions(self.job, (host,))],
                   "comm": comm, "ranks": mine, "silent_gpus": quiet, "silent_since": since,
                   "stall_s": self.cfg.stall_s}
             self._emit(out, f"host|{host}", comm, make_diagnosis(
@@ -294,7 +289,7 @@ class AlignmentDetector:
             gids = [gpu_id(host, g) for g in keep if g >= 0]  # -1: the GPU is unknown
             since = min(v[2] for v in keep.values())
             stalled_for = self.watermark - min(self.last_change[v[0]] for v in keep.values())
-            ev = {"actions": [["isolate_host", host], *self._restart(host)],
+            ev = {"actions": [["isolate_host", host], *restart_actions(self.job, (host,))],
                   "lagging_in": [x for v in keep.values() for x in v[1]][:32],
                   "less_specific": [gpu_id(host, g) for g in sorted(set(cands) - set(keep))
                                     if g >= 0],

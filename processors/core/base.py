@@ -13,7 +13,7 @@ Time is always the records' event time (epoch seconds); nothing here reads the c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,13 +97,26 @@ def nic_id(host: str, nic: int | str) -> str:
     return f"{host}/nic{nic}" if isinstance(nic, int) else f"{host}/{nic}"
 
 
+def local_id(host: str, name: str) -> str:
+    """A device id without its host: ``h/nic3`` → ``nic3`` (the agent keys devices by full
+    name); any other id as it is."""
+    if name.startswith(host) and name[len(host):len(host) + 1] == "/":
+        return name[len(host) + 1:]
+    return name
+
+
+def restart_actions(job: str, hosts: Container[str]) -> list[list[str]]:
+    """``[["restart_job", job]]``, or none when the job key is one of ``hosts``: records
+    without a job id are keyed by their host, and an idle host has no job to restart."""
+    return [] if job in hosts else [["restart_job", job]]
+
+
 def nic_named(inventory: Inventory | None, host: str, device: str) -> str:
     """Culprit name of a NIC a record or log line calls ``device`` (``mlx5_4``): ``h/nicN``
     with N its index in the host's listed ``nics``, as the CCL detectors count; a device
     those ``nics`` lack keeps its name (``h/mlx5_0``, a management port beside the rails);
     with no NICs listed, the digits of the name (``mlx5_3`` → ``h/nic3``)."""
-    if device.startswith(host) and device[len(host):len(host) + 1] == "/":
-        device = device[len(host) + 1:]  # a full name, "h/nic3", as the agent keys its devices
+    device = local_id(host, device)
     hi = inventory.hosts.get(host) if inventory is not None else None
     if hi is not None and hi.nics:
         if device in hi.nics:
@@ -121,8 +134,7 @@ def nic_listed(inventory: Inventory | None, host: str, device: str) -> bool:
     hi = inventory.hosts.get(host) if inventory is not None else None
     if hi is None or not hi.nics:
         return True
-    if device.startswith(host) and device[len(host):len(host) + 1] == "/":
-        device = device[len(host) + 1:]
+    device = local_id(host, device)
     if device.startswith("nic") and device[3:].isdigit():
         return int(device[3:]) < len(hi.nics)
     return device in hi.nics or device in [n.partition("/")[0] for n in hi.nics]

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
+from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
 from processors.core.tree_events import (
@@ -257,7 +257,7 @@ class DecisionTree:
                 own = self._one_end_at_fault(events, named)
                 if own is None:
                     path.append(f"DistError:{len(involved)}hosts")
-                    acts = [["isolate_host", h] for h in named] + self._restart()
+                    acts = [["isolate_host", h] for h in named] + restart_actions(self.job, self.seen_hosts)
                     return self._make("dist_error", "dist_error_2hosts", events, dist, path, acts,
                                       detected_ts, 0.7, hosts=named, summary=f"distributed errors "
                                       f"between {' and '.join(named)}: isolate both")
@@ -277,7 +277,7 @@ class DecisionTree:
                 target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
                 return self._make("dist_error", "root_diag", events, key, path,
-                                  [target, *self._restart()], detected_ts, 0.75,
+                                  [target, *restart_actions(self.job, self.seen_hosts)], detected_ts, 0.75,
                                   hosts=[host] if gpu is None else [],  # a GPU's fault spares its host
                                   gpus=[gpu_id(host, gpu)] if gpu is not None else [],
                                   summary=f"root of the failed connections: {target[1]} ({why})")
@@ -317,13 +317,14 @@ class DecisionTree:
                 for g in sorted({e.gpu for e in mine if e.gpu is not None}):
                     acts.append(["isolate_gpu", gpu_id(host, g)])
                     gpus.append(gpu_id(host, g))
-        acts += self._restart()
+        acts += restart_actions(self.job, self.seen_hosts)
         crit_hosts = {e.host for e in crit}
         others = sum(1 for e in events if e.cat == "distributed_symptom" and e.host not in crit_hosts)
         what = crit[0].rule if len({e.rule for e in crit}) == 1 else "critical errors"
+        where = sorted(set(hosts + gpus) - {g.split("/")[0] for g in gpus})  # h03/gpu2, not h03 too
         return self._make("critical_error", "critical_error", events, crit, path, acts, detected_ts,
                           0.95, hosts=hosts, gpus=gpus, attributed=others,
-                          summary=f"{what} on {', '.join(sorted(set(hosts + gpus) - {g.split('/')[0] for g in gpus}))}; {others} distributed "
+                          summary=f"{what} on {', '.join(where)}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
 
     def _hold_until(self, d: Diagnosis, start: float) -> float | None:
@@ -354,11 +355,6 @@ class DecisionTree:
             return None
         k, end = (kinds[0], ends[0]) if kinds[0] else (kinds[1], ends[1])
         return ("host" if "host" in k else "config"), end
-
-    def _restart(self) -> list[list[str]]:
-        """``restart_job`` for the job; none for a host-keyed pseudo-job (records without a
-        job id are keyed by their host: an idle host has no job to restart)."""
-        return [] if self.job in self.seen_hosts else [["restart_job", self.job]]
 
     def _config(self, events: Sequence[TreeEvent], config: list[TreeEvent], path: list[str],
                 detected_ts: float) -> Diagnosis:

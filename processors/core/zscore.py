@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import Outputs, Rejection
+from processors.core.base import Outputs, Rejection, local_id
 from processors.core.correlate import DETECTOR, Correlator, MetricFlag
 from processors.core.windows import closable_until_ms, starts_within, to_ms, window_start_ms
 from processors.core.zscore_devices import DeviceKind
@@ -156,8 +156,8 @@ class ZScoreDetector:
         for m in unknown:
             self._once(out, host, f"{ks.kind}/{m}", "unknown_metric", ts)
         for i in unlisted:
-            self._once(out, host, i if i.startswith(f"{host}/") else f"{host}/{i}",
-                       "unlisted_nic", ts)
+            self._once(out, host, f"{host}/{local_id(host, i)}", "unlisted_nic", ts,
+                       "is not one of the host's rail NICs in the inventory: not scored")
         if not known or not len(slots):
             return
         try:
@@ -282,12 +282,11 @@ class ZScoreDetector:
         out.rejections.append(Rejection(DETECTOR, self.job, host, reason, detail, ts))
         return out
 
-    def _once(self, out: Outputs, host: str, key: str, reason: str, ts: float) -> None:
+    def _once(self, out: Outputs, host: str, key: str, reason: str, ts: float,
+              why: str = "is not in the metric catalogue") -> None:
         if key not in self.unknown:
             self.unknown.add(key)
-            self._reject(out, host, reason, f"{key} is not one of the host's rail NICs in the "
-                         "inventory: not scored" if reason == "unlisted_nic" else
-                         f"{key} is not in the metric catalogue", ts)
+            self._reject(out, host, reason, f"{key} {why}", ts)
 
     # ---- state -------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import gpu_id, nic_listed, nic_named
+from processors.core.base import gpu_id, local_id, nic_listed, nic_named
 from schemas.inventory import Inventory
 from schemas.metrics import Direction, metrics_for
 
@@ -18,8 +18,7 @@ def device_name(host: str, kind: str, local: str, alone: bool,
                 inventory: Inventory | None = None) -> str:
     """Culprit name of a reported device: ``h/gpu3`` (for ``3``, ``gpu3`` or ``h/gpu3``),
     ``h``, and for a NIC ``nic_named``."""
-    if local.startswith(host) and local[len(host):len(host) + 1] == "/":
-        local = local[len(host) + 1:]  # a full name, as the agent keys its devices
+    local = local_id(host, local)
     if kind == "gpu":
         digits = local[3:] if local.startswith("gpu") else local
         return gpu_id(host, int(digits)) if digits.isdigit() else f"{host}/{local}"

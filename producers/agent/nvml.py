@@ -53,6 +53,11 @@ FI_NVLINK_ERRORS = (38, 45, 52, 59)
 _NOT_SUPPORTED, _NO_PERMISSION, _TIMEOUT, _FN_NOT_FOUND, _GPU_LOST = 3, 4, 10, 13, 15
 
 
+def _bus_text(info: Any) -> str:
+    """nvmlPciInfo_t.busId as text (the binding returns bytes)."""
+    return info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
+
+
 @dataclass
 class GpuState:
     index: int
@@ -130,7 +135,7 @@ class NvmlCollector:
         nv = self.nv
         info = self._call(g, "pci", nv.nvmlDeviceGetPciInfo, g.handle)
         if info is not None:
-            bus = info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
+            bus = _bus_text(info)
             g.bus = normalise_bus_id(bus) or bus
         name = self._call(g, "name", nv.nvmlDeviceGetName, g.handle)
         g.model = (name.decode() if isinstance(name, bytes) else str(name or ""))
@@ -350,7 +355,7 @@ class NvmlCollector:
                 return kernel_bus(g.bus)
         try:
             info = self.nv.nvmlDeviceGetPciInfo(handle)
-            return kernel_bus(info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId))
+            return kernel_bus(_bus_text(info))
         except Exception:
             return "unknown"
 
