@@ -36,7 +36,6 @@ from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, res
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
 from processors.core.tree_events import (
-    CONNECTION_RULES,
     HOST_SIDE,
     HOST_WIDE,
     UPDATE_RULES,
@@ -44,7 +43,9 @@ from processors.core.tree_events import (
     TreeEvent,
     is_evidence,
     is_trigger,
+    names_peer,
 )
+from processors.core.tree_incident import Watchdog, absorbed, note_watchdog, torn_down
 from processors.core.tree_peers import JobPeers, suspect_links
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
@@ -74,6 +75,7 @@ class DecisionTree:
         # under quiet_s apart belong to one: each host's agent logs its own)
         self.terminated: list[float] | None = None
         self.offline_at: float | None = None  # a held burst (_hold_until) is judged then
+        self.watchdogs: list[Watchdog] = []  # the job's recent timeout lines (teardowns)
         self.peers = JobPeers(job, inventory, self.seen_hosts)
 
     # ---- contract ------------------------------------------------------------------------
@@ -105,7 +107,7 @@ class DecisionTree:
         elif is_trigger(e) or is_evidence(e):
             self._ingest(TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu,
                                    e.peer, e.peer_rank, e.rank, e.device, e.action,
-                                   record.line[: self.cfg.line_chars]), is_trigger(e))
+                                   record.line[: self.cfg.line_chars], e.waited_s), is_trigger(e))
         return out
 
     def advance(self, now: float) -> Outputs:
@@ -117,6 +119,12 @@ class DecisionTree:
             self.incident = None
         start = self._burst_start()
         if start is not None and self.watermark >= start + self.cfg.settle_s:
+            inc = self.incident
+            if inc is not None and all(absorbed(e, inc, self.watchdogs, self.cfg.teardown_s,
+                                                self.peers.host_of) for e in self.burst):
+                inc["attached"] += len(self.burst)  # the found incident's teardown
+                self.burst, self.offline_at = [], None
+                return out
             if self.offline_at is not None and self.watermark < self.offline_at:
                 return out  # held: for Phase 2, for the rest of a pair's peers, for a new trigger
             at = self.offline_at if self.offline_at is not None else start + self.cfg.settle_s
@@ -155,7 +163,7 @@ class DecisionTree:
                 "recent": [list(astuple(e)) for e in self.recent],
                 "incident": dict(self.incident) if self.incident else None,
                 "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
-                "offline_at": self.offline_at}
+                "offline_at": self.offline_at, "watchdogs": [list(w) for w in self.watchdogs]}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -175,6 +183,7 @@ class DecisionTree:
         t.seen_hosts.update(state.get("seen_hosts", []))  # the set JobPeers shares
         off = state.get("offline_at")
         t.offline_at = float(off) if off is not None else None
+        t.watchdogs = [(float(w[0]), str(w[1])) for w in state.get("watchdogs", [])]
         term = state.get("terminated")
         t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
@@ -189,13 +198,15 @@ class DecisionTree:
         return min(starts) if starts else None
 
     def _ingest(self, ev: TreeEvent, trigger: bool) -> None:
+        self.watchdogs = note_watchdog(self.watchdogs, ev,
+                                       self.cfg.max_lateness_s + self.cfg.teardown_s)
         inc = self.incident
         if inc is not None and ev.ts <= inc["until"] and not (ev.host_fatal and ev.host not in inc["hosts"]):
             inc["until"] = max(inc["until"], ev.ts + self.cfg.quiet_s) if trigger else inc["until"]
             inc["attached"] += 1
             return
-        if (inc is not None and ev.cat == "distributed_symptom" and not ev.host_fatal
-                and ev.ts <= inc.get("absorb_until", 0.0) and self._touches(ev, inc)):
+        if inc is not None and absorbed(ev, inc, self.watchdogs, self.cfg.teardown_s,
+                                        self.peers.host_of):
             inc["attached"] += 1  # Aegis §3: a CCL timeout is a symptom of the found fault
             return
         if self.burst or trigger:
@@ -239,15 +250,17 @@ class DecisionTree:
         edges: list[Edge] = []
         stray: set[str] = set()
         if dist:
-            involved, edges, stray = self.peers.endpoints(dist)
+            # the teardown's connection failures name aborting ranks, not the culprit
+            linked = [e for e in dist if not torn_down(e, self.watchdogs, self.cfg.teardown_s,
+                                                       self.peers.host_of)]
+            involved, edges, stray = self.peers.endpoints(linked)
             members = self.peers.members
             named = sorted(h for h in involved if not h.startswith("?") and h in members)
             # Aegis Alg. 1 "errors between 2 hosts": a line must name the other end, or be a
             # connection's own failure. Timeouts name nobody; in a 2-host job both hosts log
             # them whichever one failed, so they go on to RootDiag (and Phase 2), not
             # isolate-both.
-            between = any(e.peer is not None or e.peer_rank is not None
-                          or e.rule.split("_", 1)[-1] in CONNECTION_RULES for e in dist)
+            between = any(names_peer(e) for e in linked)
             if len(named) == 1 and len(involved) == 2 and len(self.peers.job_hosts) == 2:
                 named = sorted(self.peers.job_hosts)  # the unresolved end of a 2-host job's link
             # both ends must be hosts we can name: a peer outside the job (a storage server,
@@ -369,17 +382,6 @@ class DecisionTree:
                           summary=f"{rule} on {len(cfg_hosts)} of {len(pool)} host(s): "
                                   f"{'systemic' if systemic else 'those hosts'}; no isolation")
 
-    # ---- connections ----------------------------------------------------------------------
-    def _touches(self, ev: TreeEvent, inc: dict[str, Any]) -> bool:
-        """A symptom that names no peer (a timeout), or whose reporter or peer is one of the
-        incident's culprit hosts, belongs to that incident."""
-        culprits = set(inc.get("culprits", inc["hosts"]))
-        if ev.host in culprits:
-            return True
-        if ev.peer is None and ev.peer_rank is None:
-            return True
-        return self.peers.host_of(ev)[0] in culprits
-
     # ---- output ---------------------------------------------------------------------------
     def _make(self, kind: str, rule: str, events: Sequence[TreeEvent], key: Sequence[TreeEvent], path: list[str],
               actions: list[list[str]], detected_ts: float, confidence: float, *,
@@ -389,7 +391,9 @@ class DecisionTree:
         lines = [{"host": e.host, "ts": e.ts, "rule": e.rule, "line": e.line} for e in chosen]
         evidence = {"path": path, "lines": lines, "actions": actions, "settle_s": self.cfg.settle_s,
                     "events": len(events), "hosts_reporting": len({e.host for e in events}), **extra}
+        # a timed-out operation among the key lines began before its line: so did the fault
+        first = min(min(e.ts for e in events), min((e.began for e in key), default=math.inf))
         return make_diagnosis(job=self.job, kind=kind, detector=DETECTOR, rule=rule,
-                              event_ts=min(e.ts for e in events), detected_ts=detected_ts,
+                              event_ts=first, detected_ts=detected_ts,
                               hosts=hosts, gpus=gpus, links=links, evidence=evidence,
                               confidence=confidence, summary=summary)

@@ -48,6 +48,12 @@ _GROUPS = (*log_rules.HARDWARE, *SOFTWARE)
 _NCCL_FIRST = (*SOFTWARE, *log_rules.HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
 _PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes (SGR) and other CSI sequences
+# how long a timed-out operation had been waiting: PyTorch's watchdog ("Timeout(ms)=600000)
+# ran for 600412 milliseconds"), else the timeout it waited out (Gloo: "Timed out waiting
+# 1800000ms")
+_RAN_FOR = re.compile(r"\bran for (\d{1,12}) ?(?:milliseconds|ms)\b")
+_WAITED_OUT = re.compile(r"Timeout\(ms\)=(\d{1,12})|[Tt]imed out waiting (\d{1,12}) ?ms\b")
+MAX_WAITED_S = 86400.0  # a longer figure is not believed (it would date the fault days back)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,9 @@ class LogEvent:
     rank: int | None = None  # the reporting rank, when the line names it ([Rank 3])
     device: str | None = None  # NIC port or netdev (mlx5_0, ib0, eth5)
     action: str = "none"  # XID policy hint: isolate_gpu | isolate_host | restart_job | none
+    # a timeout: seconds the operation had been waiting when it timed out (so it began at
+    # the line's time minus this)
+    waited_s: float | None = None
 
     @property
     def host_side(self) -> bool:
@@ -103,6 +112,13 @@ def _peer(line: str) -> str | None:
     return f"{m.group(1)}:{m.group(2)}" if m else None
 
 
+def _waited(line: str) -> float | None:
+    m = _RAN_FOR.search(line) or _WAITED_OUT.search(line)
+    if m is None:
+        return None
+    return min(int(m.group(1) or m.group(2)) / 1000.0, MAX_WAITED_S)
+
+
 def _int(rx: re.Pattern[str], line: str) -> int | None:
     m = rx.search(line, 0, log_rules.SCAN_CHARS)
     return int(m.group(1)) if m else None
@@ -121,6 +137,8 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
     if hit.rule == "iommu_dma_fault" and gpu is not None:
         severity = "degraded"  # one of the host's GPUs had its DMA refused
     peer = peer_rank = rank = None
+    waited = _waited(line) if (hit.category == "distributed_symptom"
+                               and hit.rule.endswith("_timeout")) else None
     if hit.category in ("distributed_symptom", "config", "cuda_app_error"):
         rank = _int(_RANK, line)
         if hit.category != "cuda_app_error":
@@ -130,7 +148,7 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
     # when the Xid line comes later or never
     action = policy.lookup(79).action if hit.rule in _LOST_GPU and severity == "fatal" else "none"
     return LogEvent(hit.category, severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
-                    rank, hit.device, action=action)
+                    rank, hit.device, action=action, waited_s=waited)
 
 
 def _xid_event(x: int, raw_bus: str | None, line: str, policy: XidPolicy,

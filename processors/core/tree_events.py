@@ -38,6 +38,9 @@ class DecisionTreeConfig:
     # the first trigger: the first of a crashed host's peers often reports seconds before the
     # rest, and only the rest show which end is the root (RootDiag)
     pair_settle_s: float = 15.0
+    # a rank that times out aborts: a connection failure naming a host whose own watchdog
+    # timeout came up to this long before it is that teardown, not a culprit (0: off)
+    teardown_s: float = 30.0
     max_lateness_s: float = 300.0  # older records are rejected as late
     max_burst_events: int = 5000
     evidence_lines: int = 5
@@ -69,10 +72,22 @@ class TreeEvent:
     device: str | None
     action: str
     line: str
+    waited: float | None = None  # a timeout's waiting time: the operation began at ts - waited
 
     @property
     def host_fatal(self) -> bool:
         return self.cat in HOST_SIDE and self.sev == "fatal"
+
+    @property
+    def began(self) -> float:
+        """When what this line reports began: a timed-out operation's start, else the line."""
+        return self.ts - self.waited if self.waited else self.ts
+
+
+def names_peer(e: TreeEvent) -> bool:
+    """A distributed symptom that names the other end, or is a connection's own failure."""
+    return (e.peer is not None or e.peer_rank is not None
+            or e.rule.split("_", 1)[-1] in CONNECTION_RULES)
 
 
 def is_trigger(e: LogEvent) -> bool:

@@ -213,7 +213,9 @@ def test_no_pattern_goes_offline() -> None:
     recs = [rec(10.0 + 0.5 * h, f"h{h:02d}", watchdog(h * 8)) for h in range(6)]
     assert run(tree, recs, until=134.9) == []  # OfflineDiag waits offline_wait_s for Phase 2
     (d,) = tree.advance(135.0).diagnoses
-    assert d.kind == "offline_needed" and d.detected_ts == 135.0 and d.event_ts == 10.0
+    # the evidence began when the timed-out collective did: "ran for 600060 milliseconds"
+    assert d.kind == "offline_needed" and d.detected_ts == 135.0
+    assert d.event_ts == pytest.approx(10.0 - 600.06)
     assert d.evidence["path"][-1] == "OfflineDiag"
     assert d.evidence["actions"] == [["run_offline_diag", JOB]]
 

@@ -40,6 +40,8 @@ def test_a_two_host_job_names_its_other_host_for_an_unresolved_peer() -> None:
     assert d.kind == "dist_error" and d.culprits.hosts == ("h00", "h01")
 
 
+SYSTEM_ERROR = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, "
+                "unhandled system error, NCCL version 2.18.1")
 SIGTERM = ("W0409 07:28:49.530000 1359 torch/distributed/elastic/agent/server/api.py:719] "
            "Received 15 death signal, shutting down workers")
 CANCELLED = "slurmstepd: error: *** STEP 494583.0 ON h00 CANCELLED AT 2024-04-20T09:09:37 ***"
@@ -139,12 +141,13 @@ NIC_DOWN = "mlx5_core 0000:5e:00.0 ens1f0np0: Link down"
 
 
 def test_the_first_of_a_crashed_hosts_peers_is_not_isolated_with_it() -> None:
-    """h03's watchdog fires at 120 s; h00 reports a reset naming h03 3 s later, the other peers
+    """h03's NCCL fails at 120 s; h00 reports a reset naming h03 3 s later, the other peers
     6-8 s after that. Judging "errors between 2 hosts" at 5 s isolated h00 with h03; the
     pair verdict waits pair_settle_s (15 s) in a job of more hosts, and then RootDiag sees the
-    whole picture: h03 alone."""
+    whole picture: h03 alone. (Had h03's line been its own watchdog timeout, the resets would
+    be its teardown: test_decision_tree_teardown.)"""
     tree = DecisionTree(JOB, inventory=inventory(6))
-    recs = [rec(120.0, "h03", watchdog(24)), rec(123.0, "h00", reset(ip(3)))]
+    recs = [rec(120.0, "h03", SYSTEM_ERROR), rec(123.0, "h00", reset(ip(3)))]
     recs += [rec(129.0 + h, f"h0{h}", closed(ip(3))) for h in (1, 2, 5)]
     recs += [rec(130.0 + 0.5 * i, f"h0{h}", "heartbeat") for i, h in enumerate(range(6))]
     (d,) = run(tree, recs, until=200.0)

@@ -1,0 +1,69 @@
+"""What belongs to an incident the Phase 1 decision tree already found, split from
+:mod:`processors.core.decision_tree`: symptoms that touch its culprits (Aegis §3: a CCL
+timeout is a symptom of the found fault), and the job's teardown once its watchdogs fire.
+
+A hung job's watchdogs fire (PyTorch's default is 10 minutes) and each rank that times out
+takes its process down; its peers' connections to it (and to the c10d store, when it is rank
+0's host) fail. Those errors name an aborting rank, not the culprit, so they are not edges
+for RootDiag. Pure functions over :class:`~processors.core.tree_events.TreeEvent`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from processors.core.tree_events import TreeEvent, names_peer
+
+Watchdog = tuple[float, str]  # (whole second, host) of a timeout line
+MAX_WATCHDOGS = 512
+TEARDOWN_AFTER_S = 1.0  # the abort follows the timeout; a second covers two hosts' clocks
+
+
+def note_watchdog(watchdogs: list[Watchdog], ev: TreeEvent, keep_s: float) -> list[Watchdog]:
+    """``watchdogs`` with ``ev``'s if it is a timeout (it says how long it waited), the ones
+    more than ``keep_s`` older than it dropped."""
+    if ev.waited is None or ev.cat != "distributed_symptom":
+        return watchdogs
+    seen = (float(math.floor(ev.ts)), ev.host)
+    if seen in watchdogs:
+        return watchdogs
+    horizon = ev.ts - keep_s
+    return sorted([w for w in watchdogs if w[0] >= horizon] + [seen])[-MAX_WATCHDOGS:]
+
+
+def torn_down(e: TreeEvent, watchdogs: Sequence[Watchdog], teardown_s: float,
+              host_of: Callable[[TreeEvent], Any]) -> bool:
+    """A connection failure of the job's teardown: the host it names timed out itself (a
+    watchdog line) from ``teardown_s`` before it to a second after it, so that host's ranks
+    were aborting. The first rank to time out is one that entered the collective, i.e. a
+    rank waiting on the culprit, not the culprit."""
+    if teardown_s <= 0 or e.cat != "distributed_symptom" or e.waited is not None or not names_peer(e):
+        return False
+    peer = host_of(e)[0]
+    if peer is None or peer == e.host:
+        return False
+    # whole seconds are kept: the window is a second wider on the early side
+    return any(h == peer and e.ts - teardown_s - 1.0 <= w <= e.ts + TEARDOWN_AFTER_S
+               for w, h in watchdogs)
+
+
+def touches(ev: TreeEvent, inc: dict[str, Any], host_of: Callable[[TreeEvent], Any]) -> bool:
+    """A symptom that names no peer (a timeout), or whose reporter or peer is one of the
+    incident's culprit hosts, belongs to that incident."""
+    culprits = set(inc.get("culprits", inc["hosts"]))
+    if ev.host in culprits:
+        return True
+    if ev.peer is None and ev.peer_rank is None:
+        return True
+    return host_of(ev)[0] in culprits
+
+
+def absorbed(ev: TreeEvent, inc: dict[str, Any] | None, watchdogs: Sequence[Watchdog],
+             teardown_s: float, host_of: Callable[[TreeEvent], Any]) -> bool:
+    """A distributed symptom within a host-side incident's absorb window that touches it or
+    is the job's teardown."""
+    return (inc is not None and ev.cat == "distributed_symptom" and not ev.host_fatal
+            and ev.ts <= inc.get("absorb_until", 0.0)
+            and (touches(ev, inc, host_of) or torn_down(ev, watchdogs, teardown_s, host_of)))
