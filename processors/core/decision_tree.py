@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
@@ -44,6 +44,7 @@ from processors.core.tree_events import (
     is_evidence,
     is_trigger,
     names_peer,
+    via_store,
 )
 from processors.core.tree_incident import Watchdog, absorbed, note_watchdog, torn_down
 from processors.core.tree_peers import JobPeers, suspect_links
@@ -105,9 +106,12 @@ class DecisionTree:
               and self.peers.other_jobs_gpu(record.host, e.gpu)):
             pass  # a GPU of another job on a shared host: its own job's tree judges it
         elif is_trigger(e) or is_evidence(e):
-            self._ingest(TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu,
-                                   e.peer, e.peer_rank, e.rank, e.device, e.action,
-                                   record.line[: self.cfg.line_chars], e.waited_s), is_trigger(e))
+            ev = TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu, e.peer,
+                           e.peer_rank, e.rank, e.device, e.action,
+                           record.line[: self.cfg.line_chars], e.waited_s)
+            if via_store(ev) and not ev.rule.endswith("_timeout"):
+                ev = replace(ev, sev="degraded")  # restarts reset the store: evidence only
+            self._ingest(ev, ev.sev == "fatal")
         return out
 
     def advance(self, now: float) -> Outputs:
@@ -250,9 +254,10 @@ class DecisionTree:
         edges: list[Edge] = []
         stray: set[str] = set()
         if dist:
-            # the teardown's connection failures name aborting ranks, not the culprit
-            linked = [e for e in dist if not torn_down(e, self.watchdogs, self.cfg.teardown_s,
-                                                       self.peers.host_of)]
+            # the teardown's connection failures name aborting ranks, not the culprit; the
+            # store's and rendezvous' name rank 0's host, to which every rank connects
+            linked = [e for e in dist if not via_store(e) and not torn_down(
+                e, self.watchdogs, self.cfg.teardown_s, self.peers.host_of)]
             involved, edges, stray = self.peers.endpoints(linked)
             members = self.peers.members
             named = sorted(h for h in involved if not h.startswith("?") and h in members)
@@ -283,7 +288,7 @@ class DecisionTree:
             suspects = [own[1]] if own else sorted(
                 {e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
             centre = root_of(edges, suspects, self.peers.job_hosts or frozenset(self.seen_hosts),
-                             {e.host for e in dist}, self.cfg.root_min_share)
+                             {e.host for e in dist if not via_store(e)}, self.cfg.root_min_share)
             if centre is not None:
                 host, gpu, why = centre
                 path.append(f"RootDiag:{why}")

@@ -90,6 +90,18 @@ def names_peer(e: TreeEvent) -> bool:
             or e.rule.split("_", 1)[-1] in CONNECTION_RULES)
 
 
+# the c10d store and rendezvous on rank 0's host (MASTER_ADDR:MASTER_PORT), which every rank
+# of the job connects to: a failure there is not a link between two hosts
+STORE_MARKS = ("TCPStore", "SocketImpl", "socket.cpp", "should dump", "endezvous",
+               "store based barrier", "DistStoreError", "client socket")
+
+
+def via_store(e: TreeEvent) -> bool:
+    """A distributed symptom on the job's store or rendezvous connection (every rank has one
+    to rank 0's host), not on a connection between two ranks."""
+    return e.cat == "distributed_symptom" and any(k in e.line for k in STORE_MARKS)
+
+
 def is_trigger(e: LogEvent) -> bool:
     if e.severity != "fatal":
         return False

@@ -125,3 +125,40 @@ def test_the_watchdog_times_survive_a_snapshot() -> None:
     (d,) = run(DecisionTree(JOB, inventory=inventory(6)), head, until=200.0)
     assert run(again, [r for r in recs if r.ts >= 701.0], until=1000.0) == []
     assert d.kind == "critical_error"
+
+
+# ---- the c10d store and rendezvous on rank 0's host (MASTER_ADDR:MASTER_PORT) ------------------
+REFUSED = ("[W socket.cpp:697] [c10d] The client socket has failed to connect to [h00]:29500 "
+           "(errno: 111 - Connection refused).")  # hpcaitech/Open-Sora#667
+CONNECT_TIMEOUT = ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while "
+                   "trying to connect to ({ip}, 29500).")  # pytorch/pytorch#107021
+SHOULD_DUMP = ("[rank{r}]:[W318 10:00:41.929037914 ProcessGroupNCCL.cpp:1771] [PG ID 0 PG GUID 0 "
+               "Rank {r}] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore "
+               "server has shut down too early), with error: Connection reset by peer")
+
+
+def test_store_failures_are_not_links_to_rank_0s_host() -> None:
+    """A link fault between h01 and h02, then torchrun stops every worker and the survivors'
+    store connections to h00 reset. Before, RootDiag isolated h00 and missed the link."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    recs = [rec(100.0, "h01", ib_completion(ip(2))), rec(100.4, "h02", ib_completion(ip(1)))]
+    for h in (1, 2, 3, 4, 5):
+        recs += [rec(105.5 + 0.1 * h, f"h{h:02d}", SHOULD_DUMP.format(r=h * 8)),
+                 rec(105.6 + 0.1 * h, f"h{h:02d}", STORE_RESET.format(ip=ip(0)))]
+    (d,) = run(tree, recs, until=300.0)
+    assert d.evidence["rule"] == "dist_error_2hosts" and d.culprits.hosts == ("h01", "h02")
+
+
+@pytest.mark.parametrize("hosts", [2, 6])
+def test_a_slow_rendezvous_master_isolates_nobody(hosts: int) -> None:
+    """The master comes up late: the others retry, then their connect times out. Nothing
+    between two hosts failed and nothing locates a fault: the job never started, so
+    OfflineDiag. Before, the retries were links to h00 (2 hosts: both isolated; 6: h00)."""
+    tree = DecisionTree(JOB, inventory=inventory(hosts))
+    recs = []
+    for h in range(1, hosts):
+        recs += [rec(40.0 + 10 * k + 0.1 * h, f"h{h:02d}", REFUSED) for k in range(6)]
+        recs.append(rec(100.0 + 0.1 * h, f"h{h:02d}", CONNECT_TIMEOUT.format(ip=ip(0))))
+    (d,) = run(tree, recs, until=1000.0)
+    assert d.evidence["path"][-1] == "OfflineDiag" and d.evidence["actions"] == [
+        ["run_offline_diag", JOB]]
