@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, replace
+from dataclasses import astuple
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
@@ -44,10 +44,11 @@ from processors.core.tree_events import (
     is_evidence,
     is_trigger,
     names_peer,
+    tree_event,
     via_store,
 )
-from processors.core.tree_incident import Watchdog, absorbed, note_watchdog, torn_down
-from processors.core.tree_peers import JobPeers, suspect_links
+from processors.core.tree_incident import Watchdogs, absorbed, note_watchdog, torn_down
+from processors.core.tree_peers import JobPeers, one_end_at_fault, suspect_links
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -76,7 +77,7 @@ class DecisionTree:
         # under quiet_s apart belong to one: each host's agent logs its own)
         self.terminated: list[float] | None = None
         self.offline_at: float | None = None  # a held burst (_hold_until) is judged then
-        self.watchdogs: list[Watchdog] = []  # the job's recent timeout lines (teardowns)
+        self.watchdogs: Watchdogs = {}  # the job's recent timeout lines (teardowns)
         self.peers = JobPeers(job, inventory, self.seen_hosts)
 
     # ---- contract ------------------------------------------------------------------------
@@ -106,11 +107,7 @@ class DecisionTree:
               and self.peers.other_jobs_gpu(record.host, e.gpu)):
             pass  # a GPU of another job on a shared host: its own job's tree judges it
         elif is_trigger(e) or is_evidence(e):
-            ev = TreeEvent(ts, record.host, e.category, e.severity, e.rule, e.xid, e.gpu, e.peer,
-                           e.peer_rank, e.rank, e.device, e.action,
-                           record.line[: self.cfg.line_chars], e.waited_s)
-            if via_store(ev) and not ev.rule.endswith("_timeout"):
-                ev = replace(ev, sev="degraded")  # restarts reset the store: evidence only
+            ev = tree_event(ts, record.host, e, record.line[: self.cfg.line_chars])
             self._ingest(ev, ev.sev == "fatal")
         return out
 
@@ -124,8 +121,7 @@ class DecisionTree:
         start = self._burst_start()
         if start is not None and self.watermark >= start + self.cfg.settle_s:
             inc = self.incident
-            if inc is not None and all(absorbed(e, inc, self.watchdogs, self.cfg.teardown_s,
-                                                self.peers.host_of) for e in self.burst):
+            if inc is not None and all(self._absorbed(e) for e in self.burst):
                 inc["attached"] += len(self.burst)  # the found incident's teardown
                 self.burst, self.offline_at = [], None
                 return out
@@ -167,7 +163,8 @@ class DecisionTree:
                 "recent": [list(astuple(e)) for e in self.recent],
                 "incident": dict(self.incident) if self.incident else None,
                 "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
-                "offline_at": self.offline_at, "watchdogs": [list(w) for w in self.watchdogs]}
+                "offline_at": self.offline_at,
+                "watchdogs": {h: list(w) for h, w in self.watchdogs.items()}}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -187,7 +184,7 @@ class DecisionTree:
         t.seen_hosts.update(state.get("seen_hosts", []))  # the set JobPeers shares
         off = state.get("offline_at")
         t.offline_at = float(off) if off is not None else None
-        t.watchdogs = [(float(w[0]), str(w[1])) for w in state.get("watchdogs", [])]
+        t.watchdogs = {str(h): [float(x) for x in w] for h, w in state.get("watchdogs", {}).items()}
         term = state.get("terminated")
         t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
@@ -202,15 +199,13 @@ class DecisionTree:
         return min(starts) if starts else None
 
     def _ingest(self, ev: TreeEvent, trigger: bool) -> None:
-        self.watchdogs = note_watchdog(self.watchdogs, ev,
-                                       self.cfg.max_lateness_s + self.cfg.teardown_s)
+        note_watchdog(self.watchdogs, ev, self.cfg.max_lateness_s + self.cfg.teardown_s)
         inc = self.incident
         if inc is not None and ev.ts <= inc["until"] and not (ev.host_fatal and ev.host not in inc["hosts"]):
             inc["until"] = max(inc["until"], ev.ts + self.cfg.quiet_s) if trigger else inc["until"]
             inc["attached"] += 1
             return
-        if inc is not None and absorbed(ev, inc, self.watchdogs, self.cfg.teardown_s,
-                                        self.peers.host_of):
+        if inc is not None and self._absorbed(ev):
             inc["attached"] += 1  # Aegis §3: a CCL timeout is a symptom of the found fault
             return
         if self.burst or trigger:
@@ -272,7 +267,7 @@ class DecisionTree:
             # an address no inventory lists) does not make the one reporter a culprit
             own: tuple[str, str] | None = None
             if len(involved) == 2 and len(named) == 2 and between:
-                own = self._one_end_at_fault(events, named)
+                own = one_end_at_fault(events, named)
                 if own is None:
                     path.append(f"DistError:{len(involved)}hosts")
                     acts = [["isolate_host", h] for h in named] + restart_actions(self.job, self.seen_hosts)
@@ -360,20 +355,6 @@ class DecisionTree:
             return start + max(self.cfg.settle_s, self.cfg.pair_settle_s)
         return None
 
-    @staticmethod
-    def _one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[str, str] | None:
-        """Aegis Alg. 1 isolates both ends of errors between 2 hosts, since the link between
-        them cannot tell which failed. When one end has a fault of its own in the burst (a
-        host-side event, or a configuration error) and the other none, that end is the root
-        and the other only lost its connection to it, as when the first of a crashed host's
-        peers reports before the rest: ("host" or "config", that end), else None."""
-        kinds = [{"host" if e.cat in HOST_SIDE else "config" for e in events if e.host == h
-                  and e.sev != "info" and (e.cat in HOST_SIDE or e.cat == "config")} for h in ends]
-        if bool(kinds[0]) == bool(kinds[1]):
-            return None
-        k, end = (kinds[0], ends[0]) if kinds[0] else (kinds[1], ends[1])
-        return ("host" if "host" in k else "config"), end
-
     def _config(self, events: Sequence[TreeEvent], config: list[TreeEvent], path: list[str],
                 detected_ts: float) -> Diagnosis:
         path.append("ConfigCheck:hit")
@@ -386,6 +367,9 @@ class DecisionTree:
                           hosts=[] if systemic else cfg_hosts, config_rule=rule, systemic=systemic,
                           summary=f"{rule} on {len(cfg_hosts)} of {len(pool)} host(s): "
                                   f"{'systemic' if systemic else 'those hosts'}; no isolation")
+
+    def _absorbed(self, ev: TreeEvent) -> bool:
+        return absorbed(ev, self.incident, self.watchdogs, self.cfg.teardown_s, self.peers.host_of)
 
     # ---- output ---------------------------------------------------------------------------
     def _make(self, kind: str, rule: str, events: Sequence[TreeEvent], key: Sequence[TreeEvent], path: list[str],

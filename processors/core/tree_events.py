@@ -6,7 +6,7 @@ host-side, host-wide, triggers, evidence and connection failures (Aegis Algorith
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from processors.core.log_classifier import LogEvent
 from schemas.errors import ConfigError
@@ -100,6 +100,16 @@ def via_store(e: TreeEvent) -> bool:
     """A distributed symptom on the job's store or rendezvous connection (every rank has one
     to rank 0's host), not on a connection between two ranks."""
     return e.cat == "distributed_symptom" and any(k in e.line for k in STORE_MARKS)
+
+
+def tree_event(ts: float, host: str, e: LogEvent, line: str) -> TreeEvent:
+    """What the tree keeps of a classified line. A failed store or rendezvous connection
+    (not a timeout) is evidence only: every restart resets the store."""
+    ev = TreeEvent(ts, host, e.category, e.severity, e.rule, e.xid, e.gpu, e.peer, e.peer_rank,
+                   e.rank, e.device, e.action, line, e.waited_s)
+    if via_store(ev) and not ev.rule.endswith("_timeout"):
+        return replace(ev, sev="degraded")
+    return ev
 
 
 def is_trigger(e: LogEvent) -> bool:

@@ -11,29 +11,30 @@ for RootDiag. Pure functions over :class:`~processors.core.tree_events.TreeEvent
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from processors.core.tree_events import TreeEvent, names_peer
 
-Watchdog = tuple[float, str]  # (whole second, host) of a timeout line
-MAX_WATCHDOGS = 512
+# host -> the whole seconds of its recent watchdog timeout lines, ascending
+Watchdogs = dict[str, list[float]]
+MAX_PER_HOST = 16
 TEARDOWN_AFTER_S = 1.0  # the abort follows the timeout; a second covers two hosts' clocks
 
 
-def note_watchdog(watchdogs: list[Watchdog], ev: TreeEvent, keep_s: float) -> list[Watchdog]:
-    """``watchdogs`` with ``ev``'s if it is a timeout (it says how long it waited), the ones
-    more than ``keep_s`` older than it dropped."""
+def note_watchdog(watchdogs: Watchdogs, ev: TreeEvent, keep_s: float) -> None:
+    """Add ``ev``'s time to its host's if it is a timeout (it says how long it waited),
+    dropping that host's times more than ``keep_s`` older than it."""
     if ev.waited is None or ev.cat != "distributed_symptom":
-        return watchdogs
-    seen = (float(math.floor(ev.ts)), ev.host)
-    if seen in watchdogs:
-        return watchdogs
-    horizon = ev.ts - keep_s
-    return sorted([w for w in watchdogs if w[0] >= horizon] + [seen])[-MAX_WATCHDOGS:]
+        return
+    second = float(math.floor(ev.ts))
+    mine = watchdogs.setdefault(ev.host, [])
+    if second not in mine:
+        horizon = ev.ts - keep_s
+        mine[:] = sorted([w for w in mine if w >= horizon] + [second])[-MAX_PER_HOST:]
 
 
-def torn_down(e: TreeEvent, watchdogs: Sequence[Watchdog], teardown_s: float,
+def torn_down(e: TreeEvent, watchdogs: Watchdogs, teardown_s: float,
               host_of: Callable[[TreeEvent], Any]) -> bool:
     """A connection failure of the job's teardown: the host it names timed out itself (a
     watchdog line) from ``teardown_s`` before it to a second after it, so that host's ranks
@@ -45,8 +46,8 @@ def torn_down(e: TreeEvent, watchdogs: Sequence[Watchdog], teardown_s: float,
     if peer is None or peer == e.host:
         return False
     # whole seconds are kept: the window is a second wider on the early side
-    return any(h == peer and e.ts - teardown_s - 1.0 <= w <= e.ts + TEARDOWN_AFTER_S
-               for w, h in watchdogs)
+    return any(e.ts - teardown_s - 1.0 <= w <= e.ts + TEARDOWN_AFTER_S
+               for w in watchdogs.get(peer, ()))
 
 
 def touches(ev: TreeEvent, inc: dict[str, Any], host_of: Callable[[TreeEvent], Any]) -> bool:
@@ -60,7 +61,7 @@ def touches(ev: TreeEvent, inc: dict[str, Any], host_of: Callable[[TreeEvent], A
     return host_of(ev)[0] in culprits
 
 
-def absorbed(ev: TreeEvent, inc: dict[str, Any] | None, watchdogs: Sequence[Watchdog],
+def absorbed(ev: TreeEvent, inc: dict[str, Any] | None, watchdogs: Watchdogs,
              teardown_s: float, host_of: Callable[[TreeEvent], Any]) -> bool:
     """A distributed symptom within a host-side incident's absorb window that touches it or
     is the job's teardown."""

@@ -1,6 +1,6 @@
 """Who a distributed symptom connects (Aegis Alg. 1 DistError / RootDiag / NetDiag): the host
 and GPU a log line's peer address or rank names, the failed connections (edges) of a burst,
-and the links NetDiag should check. Used by :class:`processors.core.decision_tree.DecisionTree`.
+the links NetDiag should check, and which end of a 2-host error is the root. Used by :class:`processors.core.decision_tree.DecisionTree`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Set as AbstractSet
 
 from processors.core.base import link_id, nic_named
 from processors.core.root_diag import Edge
-from processors.core.tree_events import TreeEvent
+from processors.core.tree_events import HOST_SIDE, TreeEvent
 from schemas.inventory import Inventory
 
 _LOOPBACK = frozenset(("::1", "localhost", "0.0.0.0"))
@@ -106,3 +106,17 @@ def suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge],
     links |= {nic_named(inventory, e.host, e.device) if e.device else e.host
               for e in events if e.cat == "nic_or_link"}
     return sorted(links)
+
+
+def one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[str, str] | None:
+    """Aegis Alg. 1 isolates both ends of errors between 2 hosts, since the link between
+    them cannot tell which failed. When one end has a fault of its own in the burst (a
+    host-side event, or a configuration error) and the other none, that end is the root
+    and the other only lost its connection to it, as when the first of a crashed host's
+    peers reports before the rest: ("host" or "config", that end), else None."""
+    kinds = [{"host" if e.cat in HOST_SIDE else "config" for e in events if e.host == h
+              and e.sev != "info" and (e.cat in HOST_SIDE or e.cat == "config")} for h in ends]
+    if bool(kinds[0]) == bool(kinds[1]):
+        return None
+    k, end = (kinds[0], ends[0]) if kinds[0] else (kinds[1], ends[1])
+    return ("host" if "host" in k else "config"), end
