@@ -41,6 +41,7 @@ from processors.core.tree_events import (
     UPDATE_RULES,
     DecisionTreeConfig,
     TreeEvent,
+    is_config,
     is_evidence,
     is_trigger,
     names_peer,
@@ -276,7 +277,7 @@ class DecisionTree:
                                       f"between {' and '.join(named)}: isolate both")
                 path.append(f"DistError:2hosts:{own[0]}_evidence")
                 if own[0] == "config":
-                    return self._config(events, [e for e in events if e.cat == "config"], path,
+                    return self._config(events, [e for e in events if is_config(e)], path,
                                         detected_ts)
             else:
                 path.append(f"DistError:{len(involved)}hosts")
@@ -297,7 +298,7 @@ class DecisionTree:
             path.append("RootDiag:miss")
         else:
             path.append("DistError:miss")
-        config = [e for e in events if e.cat == "config"]
+        config = [e for e in events if is_config(e)]
         if config:
             return self._config(events, config, path, detected_ts)
         path.append("ConfigCheck:miss")
@@ -360,7 +361,10 @@ class DecisionTree:
         path.append("ConfigCheck:hit")
         cfg_hosts = sorted({e.host for e in config})
         pool = self.peers.members or {e.host for e in events}  # roster, else hosts seen
-        systemic = len(cfg_hosts) >= max(1, math.ceil(self.cfg.config_majority * len(pool)))
+        # one host is never "systemic" unless it is the whole job: one host of two with a
+        # mismatched image asks for that host's check, not a rollback of the update
+        systemic = len(cfg_hosts) >= max(min(2, len(pool)),
+                                         math.ceil(self.cfg.config_majority * len(pool)))
         rule = Counter(e.rule for e in config).most_common(1)[0][0]
         acts = [["rollback_update", self.job]] if systemic and rule in UPDATE_RULES else []
         return self._make("config", "config_check", events, config, path, acts, detected_ts, 0.8,

@@ -37,7 +37,7 @@ from schemas.inventory import HostInventory, normalise_bus_id
 
 MAX_LINE_CHARS = 65536  # longer lines are classified on their first and last parts
 _HOST_SIDE = frozenset(("critical_gpu", "benign_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
-_PEER_GID = re.compile(r"remoteGids?:*(?:ffff:)?(\d{1,3}(?:\.\d{1,3}){3})")
+_PEER_GID = re.compile(r"remoteGids?\s?:*(?:ffff:)?(\d{1,3}(?:\.\d{1,3}){3})")
 _PEER_V6 = re.compile(r"\b([0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?:%[\w.-]+)?<(\d{1,5})>")
 _PEER_PORT = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252})<(\d{1,5})>")
 _PEER_REMOTE = re.compile(r"(?:remote=|connect to )\[(?:::ffff:)?([^\]\s]{1,255})\]:(\d{1,5})")  # c10d

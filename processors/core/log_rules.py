@@ -102,6 +102,9 @@ def nvrm(line: str) -> Hit | None:
         m = _GPU_BUS.search(line)
         sev = "fatal" if "marked for reset" in line else "degraded"
         return Hit("critical_gpu", sev, "nvrm_gsp_timeout", pci=m.group(1) if m else None)
+    if "NV_ERR_RESET_REQUIRED" in line or "Reset required" in line:  # the driver refuses the
+        m = _GPU_BUS.search(line)  # GPU's work until it is reset: every restart fails on it
+        return Hit("critical_gpu", "fatal", "nvrm_reset_required", pci=m.group(1) if m else None)
     if "Memory Subsystem Error" in line:
         return Hit("critical_gpu", "degraded", "nvrm_mem_subsystem_error")
     low = line.lower()

@@ -47,8 +47,12 @@ def torch_watchdog(line: str) -> Hit | None:
 _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> severity, rule
     (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument"), "fatal", "nccl_invalid_usage"),
     (("Mismatched collective", "collective mismatch"), "fatal", "nccl_collective_mismatch"),
-    (("version mismatch", "Mismatched NCCL version", "bytes instead of", "Message truncated",
-      "wrong type"), "fatal", "nccl_version_mismatch"),
+    (("version mismatch", "Mismatched NCCL version", "wrong type"), "fatal",
+     "nccl_version_mismatch"),
+    # ranks disagree on a message's size: mismatched calls or settings between ranks, which
+    # NCCL reports as invalid usage since 2.12 (NVIDIA/nccl#605), not an update to roll back
+    (("bytes instead of", "Message truncated", "message truncated"), "fatal",
+     "nccl_message_truncated"),
     (("neither AF_INET", "no socket interface found", "No socket interface found"), "fatal",
      "nccl_socket_config"),
     (("ibv_modify_qp failed", "ibv_create_qp failed", "ibv_create_cq failed"), "fatal",
@@ -65,6 +69,10 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
 )
 _NCCL_BENIGN = ("falling back to simple order",)  # topology search fallback: harmless
 _IB_PORT = re.compile(r"\b([A-Za-z][\w-]{0,15}?\d)(?::\d+)? (?:Got async|async fatal)")  # mlx5_0:1
+# IBV_WC_LOC_PROT_ERR: the local HCA refused the buffer, almost always ACS or the IOMMU breaking
+# GPUDirect RDMA (NVIDIA/nccl#928): a failed connection whose cause is the reporter's own
+# configuration (the tree's ConfigCheck, once RootDiag finds no root)
+_IB_LOCAL_PROT = re.compile(r"with (?:error|status=?) ?4\b")
 _IB_PORT_EVENTS = ("GID table change", "port active", "LID change", "SM change")  # reconfiguration
 _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
     (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
@@ -142,6 +150,8 @@ def nccl(line: str) -> Hit | None:
         return Hit("other", "info", "nccl_benign_warn")
     if ("frame #" in line or "Exception raised from" in line) and _STACK.search(line, 0, 96):
         return None  # a stack line under the error, not the error (docs: stay other)
+    if "NET/IB" in line and "ompletion" in line and _IB_LOCAL_PROT.search(line):
+        return Hit("distributed_symptom", "fatal", "nccl_ib_local_protection_error")
     for keys, cat, sev, rule in _DIST_RULES:
         for k in keys:
             if k in line:

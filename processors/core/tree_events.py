@@ -15,8 +15,15 @@ HOST_WIDE = frozenset(("nic_or_link", "pcie", "nvlink", "host_hw"))
 # config errors an update typically causes
 UPDATE_RULES = frozenset(("nccl_version_mismatch", "nvml_driver_mismatch"))
 HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw"))
+# distributed symptoms that are the reporting host's own HCA event (IBV_EVENT_PORT_ERR, a
+# work queue error): evidence against that end of a link, not a lost connection
+LOCAL_HCA_RULES = frozenset(("nccl_ib_async_event",))
+# failed connections whose cause is the reporting host's configuration (IB completion error 4,
+# local protection: ACS or the IOMMU in GPUDirect RDMA's way): ConfigCheck's evidence
+LOCAL_CONFIG_RULES = frozenset(("nccl_ib_local_protection_error",))
 # distributed symptoms that are a connection's own failure (nccl_* / dist_* rules, suffix)
 CONNECTION_RULES = frozenset(("connection_reset", "connection_closed", "ib_completion_error",
+                               "ib_local_protection_error",
                                "remote_error", "broken_pipe", "socket_io_failed", "connect_failed",
                                "retry_exceeded"))
 
@@ -82,6 +89,11 @@ class TreeEvent:
     def began(self) -> float:
         """When what this line reports began: a timed-out operation's start, else the line."""
         return self.ts - self.waited if self.waited else self.ts
+
+
+def is_config(e: TreeEvent) -> bool:
+    """A configuration error, or a failed connection whose cause is the reporter's config."""
+    return e.cat == "config" or e.rule in LOCAL_CONFIG_RULES
 
 
 def names_peer(e: TreeEvent) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Set as AbstractSet
 
 from processors.core.base import link_id, nic_named
 from processors.core.root_diag import Edge
-from processors.core.tree_events import HOST_SIDE, TreeEvent
+from processors.core.tree_events import HOST_SIDE, LOCAL_HCA_RULES, TreeEvent, is_config
 from schemas.inventory import Inventory
 
 _LOOPBACK = frozenset(("::1", "localhost", "0.0.0.0"))
@@ -113,9 +113,16 @@ def one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[
     them cannot tell which failed. When one end has a fault of its own in the burst (a
     host-side event, or a configuration error) and the other none, that end is the root
     and the other only lost its connection to it, as when the first of a crashed host's
-    peers reports before the rest: ("host" or "config", that end), else None."""
-    kinds = [{"host" if e.cat in HOST_SIDE else "config" for e in events if e.host == h
-              and e.sev != "info" and (e.cat in HOST_SIDE or e.cat == "config")} for h in ends]
+    peers reports before the rest: ("host" or "config", that end), else None. An async event
+    of the end's own HCA (NCCL's ``Got async event : port error``) is such a fault: its port
+    went down, and the other end only lost the link to it (lit-llama#380). When both ends
+    have a configuration error and nothing else, the pair is ConfigCheck's too."""
+    kinds = [{"host" if e.cat in HOST_SIDE or e.rule in LOCAL_HCA_RULES else "config"
+              for e in events if e.host == h and e.sev != "info"
+              and (e.cat in HOST_SIDE or e.rule in LOCAL_HCA_RULES or is_config(e))}
+             for h in ends]
+    if kinds[0] == kinds[1] == {"config"}:  # both ends misconfigured: ConfigCheck's, not a link
+        return "config", ends[0]
     if bool(kinds[0]) == bool(kinds[1]):
         return None
     k, end = (kinds[0], ends[0]) if kinds[0] else (kinds[1], ends[1])

@@ -60,6 +60,13 @@ def closed(peer_ip: str) -> str:
 
 
 def ib_completion(peer_ip: str) -> str:
+    """A link's failure: error 12, retry exceeded (NVIDIA/nccl#1434's form)."""
+    return (f"kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer "
+            f"{peer_ip}<49189> with error 12, opcode 0, len 0, vendor err 129 (Send)")
+
+
+def ib_local_protection(peer_ip: str) -> str:
+    """Error 4, local protection (nccl-tests#252): ACS or the IOMMU on the reporter."""
     return (f"kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion from peer "
             f"{peer_ip}<49189> with error 4, opcode 5327, len 5327, vendor err 81 (Send)")
 
@@ -74,6 +81,7 @@ DCGM_POWER = ("GpuPowerWatchIsNotHealthy Message=ErrorCode:DCGM_FR_CLOCK_THROTTL
               "Action=NONE;")
 QP_FAIL = "misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"
 TRUNCATED = "bootstrap.cc:142 NCCL WARN Message truncated : received 256 bytes instead of 4"
+NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"  # shine-cluster#30
 TRAINING = (" iteration      122/  250000 | consumed samples:       124928 | elapsed time per "
             "iteration (ms): 86545.2 | learning rate: 9.150E-06 | lm loss: 2.504220E+00 |")
 
@@ -191,10 +199,20 @@ def test_same_config_error_everywhere_is_config_without_isolation() -> None:
 
 def test_version_mismatch_everywhere_recommends_rollback() -> None:
     tree = DecisionTree(JOB, inventory=inventory(4))
-    recs = [rec(5.0 + 0.3 * h, f"h{h:02d}", TRUNCATED) for h in range(4)]
+    recs = [rec(5.0 + 0.3 * h, f"h{h:02d}", NVML_MISMATCH) for h in range(4)]
     (d,) = run(tree, recs, until=60.0)
     assert d.kind == "config"
     assert d.evidence["actions"] == [["rollback_update", JOB]]
+
+
+def test_message_truncated_everywhere_is_config_without_rollback() -> None:
+    """Ranks that disagree on a message's size (NVIDIA/nccl#605: invalid usage) are the job's
+    calls or settings, not an update to roll back."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(5.0 + 0.3 * h, f"h{h:02d}", TRUNCATED) for h in range(4)]
+    (d,) = run(tree, recs, until=60.0)
+    assert d.kind == "config" and d.evidence["config_rule"] == "nccl_message_truncated"
+    assert d.evidence["actions"] == []
 
 
 def test_incident_is_diagnosed_once_until_quiet() -> None:

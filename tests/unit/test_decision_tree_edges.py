@@ -205,9 +205,9 @@ def test_a_peer_that_has_not_reported_yet_is_not_the_silent_host() -> None:
 def test_one_hosts_version_mismatch_is_not_systemic_without_an_inventory() -> None:
     """Without a roster the job's hosts are those seen logging, not only those in the burst:
     one host's NCCL version mismatch in a 6-host job asked for a rollback."""
-    from tests.unit.test_decision_tree import TRUNCATED
+    from tests.unit.test_decision_tree import NVML_MISMATCH
 
     tree = DecisionTree(JOB)
     recs = [rec(100.0 + h, f"h0{h}", "heartbeat", "agent") for h in range(6)]
-    (d,) = run(tree, [*recs, rec(120.0, "h03", TRUNCATED)], until=200.0)
+    (d,) = run(tree, [*recs, rec(120.0, "h03", NVML_MISMATCH)], until=200.0)
     assert d.kind == "config" and d.evidence["actions"] == [] and not d.evidence["systemic"]
