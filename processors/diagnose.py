@@ -15,7 +15,7 @@ import sys
 from processors.engine import Engine
 from processors.progress import Progress
 from processors.settings import PipelineConfig
-from schemas.errors import AegisError, ConfigError, WireError
+from schemas.errors import AegisError, ConfigError, DecodeError, WireError
 from schemas.inventory import Inventory
 from schemas.recording import read_header, read_recording
 
@@ -44,7 +44,10 @@ def load_inventory(path: str | None, header: dict) -> Inventory | None:
         return Inventory.load(path)
     meta = header.get("meta", {})
     if isinstance(meta, dict) and isinstance(meta.get("inventory"), dict):
-        return Inventory.from_wire(meta["inventory"])
+        try:
+            return Inventory.from_wire(meta["inventory"])
+        except WireError as e:  # the recording is corrupt, not the command line
+            raise DecodeError(f"the recording's header inventory: {e}") from e
     return None
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import os
 import sys
 import tempfile
@@ -47,9 +48,13 @@ def parse_time(text: str) -> float:
     otherwise (``2026-01-01T00:00:00Z``, ``2026-01-01 00:00:00+00:00``)."""
     s = str(text).strip()
     try:
-        return float(s)
+        t = float(s)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(t):
+            raise ConfigError(f"time {text!r} is not a finite number of epoch seconds")
+        return t
     try:
         dt = datetime.fromisoformat(s.replace("z", "Z"))
     except ValueError:
@@ -281,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         t_from, t_to = parse_time(a.t_from), parse_time(a.t_to)
+        if t_to <= t_from:
+            raise ConfigError(f"--to {a.t_to} is not after --from {a.t_from}: the range is empty")
         meta: dict[str, Any] = {}
         if a.inventory:
             from schemas.inventory import Inventory

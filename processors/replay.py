@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t_from = parse_time(a.t_from) if a.t_from else None
         t_to = parse_time(a.t_to) if a.t_to else None
+        if t_from is not None and t_to is not None and t_to <= t_from:
+            raise ConfigError(f"--to {a.t_to} is not after --from {a.t_from}: the range is empty")
         base_cfg = PipelineConfig.from_toml(a.base_policy)
         configs = [base_cfg] + ([PipelineConfig.from_toml(a.policy)] if a.policy else [])
     except ConfigError as e:
@@ -274,6 +276,8 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     try:
         header = read_header(path)
         inventory = load_inventory(a.inventory, header)
+    except ConfigError as e:  # --inventory FILE is not one
+        return _fail(str(e), 2)
     except AegisError as e:
         return _fail(str(e), 1)
     except OSError as e:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from schemas.errors import ValidationError
+from schemas.errors import ConfigError, DecodeError, ValidationError, WireError
 
 _BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
@@ -106,8 +106,6 @@ class Inventory:
     def merge(self, other: Inventory) -> Inventory:
         """Add another inventory's hosts, jobs and rank maps (e.g. several simulated runs
         served by one worker). Names must not collide; an IP already known is an error."""
-        from schemas.errors import ConfigError
-
         for h in other.hosts.values():
             clash = [ip for ip in (*h.ips, *h.rail_ips)
                      if ip in self._by_ip and self._by_ip[ip] != h.host]
@@ -134,6 +132,17 @@ class Inventory:
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> Inventory:
+        """The inventory from its JSON form; a malformed one raises ValidationError."""
+        if not isinstance(d, Mapping):
+            raise DecodeError(f"inventory: not a JSON object but {type(d).__name__}")
+        try:
+            return cls._from_wire(d)
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError) as e:
+            raise DecodeError(f"inventory: malformed hosts, jobs or ranks ({type(e).__name__}: "
+                              f"{e}); docs/wire-format.md has its form") from e
+
+    @classmethod
+    def _from_wire(cls, d: Mapping[str, Any]) -> Inventory:
         inv = cls()
         for h in d.get("hosts", []):
             if not isinstance(h, Mapping) or not isinstance(h.get("host"), str):
@@ -156,5 +165,12 @@ class Inventory:
 
     @classmethod
     def load(cls, path: str) -> Inventory:
+        """An inventory file; OSError if unreadable, ConfigError if it is not one."""
         with open(path, "rb") as fh:
-            return cls.from_wire(orjson.loads(fh.read()))
+            data = fh.read()
+        try:
+            return cls.from_wire(orjson.loads(data))
+        except orjson.JSONDecodeError as e:
+            raise ConfigError(f"inventory {path}: not JSON: {e}") from e
+        except WireError as e:
+            raise ConfigError(f"inventory {path}: {e}") from e

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from processors.core.base import link_id, make_diagnosis
+from processors.core.base import link_id, local_id, make_diagnosis
 from schemas.inventory import Inventory
 from schemas.metrics import metrics_for
 from schemas.records import Diagnosis
@@ -71,7 +71,19 @@ class MetricFlag:
                 "flagged_at": self.flagged_at}
 
 
-def _nic_index(local: str) -> int | None:
+def _nic_index(nics: tuple[str, ...], local: str) -> int | None:
+    """The NIC's index in the host's listed ``nics``, as :func:`base.nic_named` counts: a
+    listed name (``mlx5_4``, or ``mlx5_4`` for a listed ``mlx5_4/1``), a rail index
+    ``nicN`` (the agent's ids), or with no NICs listed the name's digits; None if unknown."""
+    if local in nics:
+        return nics.index(local)
+    bare = [n.partition("/")[0] for n in nics]
+    if bare.count(local) == 1:
+        return bare.index(local)
+    if local.startswith("nic") and local[3:].isdigit():
+        return int(local[3:])
+    if nics:
+        return None  # a port the host does not list (management, storage): no rail's ToR
     tail = local.rsplit("_", 1)[-1]
     return int(tail) if tail.isdigit() else None
 
@@ -81,7 +93,7 @@ def tor_for(inventory: Inventory | None, host: str, local: str) -> str:
     hi = inventory.hosts.get(host) if inventory is not None else None
     if hi is None:
         return "tor"
-    idx = hi.nics.index(local) if local in hi.nics else _nic_index(local)
+    idx = _nic_index(hi.nics, local_id(host, local))
     if idx is not None and 0 <= idx < len(hi.tor) and hi.tor[idx]:
         return hi.tor[idx]
     return "tor"

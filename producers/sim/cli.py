@@ -4,7 +4,8 @@
     aegis simulate --list
 
 Writes ``<out>`` (recording), ``<out>.truth.json`` (ground truth) and ``<out>.inventory.json``.
-Exit codes: 0 ok, 2 usage error (an unknown scenario lists the valid ones).
+Exit codes: 0 ok, 1 the output file cannot be written, 2 usage error (an unknown scenario
+lists the valid ones).
 """
 
 from __future__ import annotations
@@ -123,13 +124,21 @@ def main(argv: list[str] | None = None) -> int:
         if callable(close):
             close()
     else:
-        with RecordingWriter(args.out, meta=sim.header_meta()) as writer:
-            result = sim.run(writer, progress)
-        with open(f"{args.out}.inventory.json", "wb") as fh:
-            fh.write(orjson.dumps(sim.inventory.to_wire(), option=orjson.OPT_INDENT_2))
+        try:
+            with RecordingWriter(args.out, meta=sim.header_meta()) as writer:
+                result = sim.run(writer, progress)
+            with open(f"{args.out}.inventory.json", "wb") as fh:
+                fh.write(orjson.dumps(sim.inventory.to_wire(), option=orjson.OPT_INDENT_2))
+        except OSError as e:  # a missing folder, a full disk: the file cannot be written
+            print(f"aegis simulate: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+            return 1
     if truth_path:
-        with open(truth_path, "wb") as fh:
-            fh.write(orjson.dumps(sim.truth_doc(), option=orjson.OPT_INDENT_2))
+        try:
+            with open(truth_path, "wb") as fh:
+                fh.write(orjson.dumps(sim.truth_doc(), option=orjson.OPT_INDENT_2))
+        except OSError as e:
+            print(f"aegis simulate: cannot write {truth_path}: {e.strerror or e}", file=sys.stderr)
+            return 1
     if not args.quiet:
         print(f"aegis simulate: {result.records} records ({result.bytes} bytes) for "
               f"{result.sim_s:.0f} sim s in {result.wall_s:.1f} s; "

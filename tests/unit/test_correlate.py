@@ -60,12 +60,18 @@ def test_confidence_grows_with_agreement_and_stays_bounded() -> None:
 @pytest.mark.parametrize(("host", "local", "tor"), [
     ("h1", "mlx5_3", "tor-r3"), ("h1", "mlx5_9", "tor"), ("h1", "eth0", "tor"),
     ("h2", "mlx5_1", "tor"), ("h3", "mlx5_1", "tor-x"),
+    # the agent's ids: a rail index, with or without the host (they named the switch "tor")
+    ("h1", "nic4", "tor-r4"), ("h1", "h1/nic4", "tor-r4"), ("h1", "h1/mlx5_2", "tor-r2"),
+    ("h3", "nic1", "tor-x"), ("h3", "nic2", "tor"), ("h4", "mlx5_4", "tor-r4"),
+    ("h4", "nic4", "tor-r4"), ("h5", "mlx5_2", "tor-b"),
 ])
 def test_tor_for(host: str, local: str, tor: str) -> None:
     inv = Inventory()
     inv.add_host(HostInventory("h1", nics=tuple(f"mlx5_{i}" for i in range(8)),
                                tor=tuple(f"tor-r{i}" for i in range(8))))
     inv.add_host(HostInventory("h3", nics=("mlx5_5", "mlx5_1"), tor=("tor-y", "tor-x")))
+    inv.add_host(HostInventory("h4", tor=tuple(f"tor-r{i}" for i in range(8))))  # no nics listed
+    inv.add_host(HostInventory("h5", nics=("mlx5_1/1", "mlx5_2/1"), tor=("tor-a", "tor-b")))
     assert tor_for(inv, host, local) == tor
     assert tor_for(None, host, local) == "tor"
 

@@ -29,6 +29,12 @@ def test_parse_time_rejects(bad):
         parse_time(bad)
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_parse_time_rejects_what_is_not_a_time(bad):
+    with pytest.raises(ConfigError, match="finite"):
+        parse_time(bad)
+
+
 def E(topic: str, ts: float, tag: str = "") -> RecordingEntry:
     return RecordingEntry(topic, "job", ts, tag.encode())
 
@@ -74,6 +80,8 @@ def test_expected_records_from_header(tmp_path):
     (["x.aegis", "--diff-json", "d.json"], 2, "need --policy"),
     (["/nonexistent/file.aegis"], 1, "no such file"),
     (["x.aegis", "--from", "never"], 2, "ISO-8601"),
+    (["x.aegis", "--from", "20", "--to", "10"], 2, "range is empty"),
+    (["x.aegis", "--from", "nan"], 2, "finite"),
 ])
 def test_cli_errors(argv, code, needle, capsys):
     assert replay.main(argv) == code
@@ -95,3 +103,40 @@ def test_not_a_recording_is_bad_input(tmp_path, capsys):
     p.write_bytes(b"not msgpack at all")
     assert replay.main([str(p)]) == 1
     assert "recording" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"hosts": 5}', "malformed"), ("not json", "not JSON"), ("[1, 2]", "not a JSON object"),
+    ('{"hosts": [{"host": "h1", "gpu_nics": [3]}]}', "gpu_nics"),
+])
+def test_a_bad_inventory_file_is_a_usage_error(tmp_path, capsys, text, needle):
+    """It gave a TypeError or JSONDecodeError traceback and exit 1 (wire audit)."""
+    from processors import diagnose
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(text)
+    rec = tmp_path / "r.aegis"
+    with RecordingWriter(str(rec)):
+        pass
+    assert replay.main([str(rec), "--inventory", str(inv)]) == 2
+    assert needle in capsys.readouterr().err
+    assert diagnose.main([str(rec), "--inventory", str(inv), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_a_bad_inventory_in_the_header_is_a_bad_recording(tmp_path, capsys):
+    from processors import diagnose
+
+    rec = tmp_path / "r.aegis"
+    with RecordingWriter(str(rec), meta={"inventory": {"hosts": 5}}):
+        pass
+    assert diagnose.main([str(rec), "-o", str(tmp_path / "o")]) == 1
+    assert "header inventory" in capsys.readouterr().err
+
+
+def test_simulate_into_a_missing_folder_says_so(tmp_path, capsys):
+    from producers.sim.cli import main as simulate
+
+    assert simulate(["--out", str(tmp_path / "no" / "s.aegis"), "--duration", "2", "--quiet"]) == 1
+    assert "cannot write" in capsys.readouterr().err
