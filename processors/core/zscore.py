@@ -56,6 +56,10 @@ class ZScoreConfig:
     dedup_horizon_s: float = 60.0  # how long (host, kind, ts) stay remembered past closing
     max_future_s: float = 300.0  # a lone host further ahead of the job clock is skewed
     max_abs: float = 1e15  # |value| above this is out_of_range (keeps float statistics sane)
+    # "a few hosts differ" (§5.1's limit): past max(max_outlier_hosts, max_outlier_share of
+    # the hosts) on one side of a performance metric, the job holds two populations
+    max_outlier_hosts: int = 2
+    max_outlier_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 < self.sub_window_s <= self.window_s or to_ms(self.sub_window_s) < 1:
@@ -63,8 +67,10 @@ class ZScoreConfig:
                               f"window_s ({self.window_s})")
         if self.min_devices < 2 or self.sigma <= 0 or min(
                 self.lateness_s, self.gap_s, self.recover_s, self.correlate_wait_s,
-                self.dedup_horizon_s, self.max_future_s, self.rel_tol, self.max_abs) < 0:
-            raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations >= 0")
+                self.dedup_horizon_s, self.max_future_s, self.rel_tol, self.max_abs,
+                self.max_outlier_hosts, self.max_outlier_share) < 0:
+            raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations, "
+                              "max_outlier_hosts and max_outlier_share >= 0")
 
 
 class ZScoreDetector:
@@ -260,7 +266,14 @@ class ZScoreDetector:
         s_arr[fresh] = start
         s_arr[evaluated & ~beyond] = np.nan
         l_arr[beyond] = end
-        fire = beyond & ~f_arr & (end - s_arr - self.w_ms >= self.t_ms)
+        due = beyond & (end - s_arr - self.w_ms >= self.t_ms)
+        for side, name in ((due & high, "high"), (due & low, "low")):
+            for r in ks.populations(side, present, cfg.max_outlier_hosts, cfg.max_outlier_share):
+                due[r] &= ~side[r]  # none of them is an outlier: stays unflagged, streak kept
+                self._once(out, "", f"{ks.kind}/{ks.metrics[r].name}/{name}", "two_populations",
+                           start / 1000, f"past the bound for T on {int(side[r].sum())} devices"
+                           " of many hosts: two populations, not a few hosts that differ")
+        fire = due & ~f_arr
         f_arr |= fire
         for r, d in zip(*np.nonzero(fire), strict=True):
             name, host, local = ks.devices[d]

@@ -41,6 +41,7 @@ class DeviceKind:
         self.lo = np.array([x in (Direction.LOW_BAD, Direction.BOTH) for x in d])
         self.counter = np.array([m.counter for m in self.metrics])
         self.floor = np.array([m.floor if m.abnormal else -np.inf for m in self.metrics])
+        self.abnormal = np.array([m.abnormal for m in self.metrics], dtype=bool)
         self.tol = np.array([abs_tol.get(m.name, m.floor if m.abnormal else 1e-9)
                              for m in self.metrics])
         self.devices: list[tuple[str, str, str]] = []  # slot -> (name, host, local)
@@ -96,6 +97,21 @@ class DeviceKind:
             self._rows_cache[names] = (rows, _selector(rows), self.counter[rows][:, None],
                                        known, [n for n in names if n not in self.row])
         return self._rows_cache[names]
+
+    def populations(self, side: np.ndarray, present: np.ndarray, max_hosts: int,
+                    max_share: float) -> np.ndarray:
+        """Metric rows whose devices past one side of the bound for T (``side``: rows x
+        devices) span more than ``max(max_hosts, max_share x the hosts reporting)`` hosts: the job
+        holds two populations (a pipeline stage, uneven experts, a hardware mix), not a few
+        hosts that differ (Aegis §5.1's limit), so none of them is an outlier. Performance
+        metrics only: an abnormal-operation metric should be 0 on every healthy device."""
+        rows = np.nonzero(side.any(axis=1) & ~self.abnormal)[0]
+        if not len(rows):
+            return rows
+        host_of = np.array([d[1] for d in self.devices[:side.shape[1]]], dtype=object)
+        split = [r for r in rows if len(set(host_of[side[r]])) > max(
+            max_hosts, max_share * len(set(host_of[present[r]])))]
+        return np.array(split, dtype=np.intp)
 
 
 def _selector(idx: np.ndarray) -> Any:
