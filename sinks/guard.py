@@ -24,7 +24,8 @@ Rules (defaults in :class:`GuardConfig`; docs/sinks.md has the rationale):
   same action on the same target is then a repeat however late it comes (Z-score needs T =
   600 s to confirm what TD/N saw in seconds), and an isolation of a host that had itself or
   one of its GPUs isolated for the job is refused ``already_isolated`` (a hang seen after a
-  GPU's crash must not escalate to its host).
+  GPU's crash must not escalate to its host), unless it names two or more of the host's GPUs,
+  some still in the job (a host slow everywhere, after one of its GPUs was isolated).
 
 Windows are symmetric in event time (|t - t_i| < W), so any interval of length W holds at
 most the cap, whatever order late diagnoses arrive in.
@@ -212,7 +213,18 @@ class Guard:
             if job == d.job and since <= ts <= t:  # an isolation that came first, in event time
                 earlier.setdefault(h, (ts, h))
         return [(a, tgt, earlier[host_of(tgt)]) for a, tgt in isolations
-                if host_of(tgt) in earlier]
+                if host_of(tgt) in earlier and not self._escalates(d, a, tgt)]
+
+    def _escalates(self, d: Diagnosis, action: str, target: str) -> bool:
+        """An isolate_host whose diagnosis names two or more GPUs of the host, some of them
+        still in the job (Z-score's host roll-up after TD/N isolated the first): the host is
+        the culprit, so the earlier GPU isolation did not answer it."""
+        host = host_of(target)
+        gpus = [g for g in d.culprits.gpus if host_of(g) == host]
+        if action != "isolate_host" or len(gpus) < 2 or (
+                d.job, "isolate_host", host) in self._s.issued:
+            return False
+        return any((d.job, "isolate_gpu", g) not in self._s.issued for g in gpus)
 
     def _localised(self, job: str, t: float) -> bool:
         """Aegis Alg. 1: OfflineDiag is the fallback. A job whose culprit was isolated, sent to

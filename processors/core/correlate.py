@@ -16,12 +16,19 @@ names the device ONCE with every flagged metric as evidence:
   ``outlier``;
 - anything else (correctable ECC alone included) → ``outlier`` with no action.
 
+Host roll-up: when at least ``max(2, host_rollup_share × its GPUs)`` GPUs of one host are
+``slow_compute`` together (a power cap, cooling, a PCIe switch, the host's CPU), the host is
+the culprit: ONE ``slow_compute`` diagnosis names the host and its slow GPUs, action
+``isolate_host``. Per GPU, the guard would isolate the first and refuse the rest as the same
+incident, leaving the job on a host that is slow everywhere.
+
 Confidence grows with the number of agreeing metrics. Pure and serialisable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -136,10 +143,14 @@ class Correlator:
     called when all of the device's incidents have ended — forgets the device.
     """
 
-    def __init__(self, job: str, wait_s: float, inventory: Inventory | None = None) -> None:
+    def __init__(self, job: str, wait_s: float, inventory: Inventory | None = None,
+                 host_gpus: Callable[[str], int] | None = None,
+                 host_rollup_share: float = 0.0) -> None:
         self.job = job
         self.wait_s = float(wait_s)
         self.inventory = inventory
+        self.host_gpus = host_gpus  # host -> how many of its GPUs are scored; None: no roll-up
+        self.host_rollup_share = host_rollup_share  # 0: no roll-up
         self._devices: dict[str, dict[str, Any]] = {}
 
     def add(self, flag: MetricFlag) -> None:
@@ -159,7 +170,9 @@ class Correlator:
                        and (d["deadline"] <= now if inclusive else d["deadline"] < now))
         out = []
         for deadline, dev in ready:
-            diag = self._emit(dev, deadline)
+            if self._devices[dev]["deadline"] is None:
+                continue  # named by its host's roll-up
+            diag = self._rollup(dev, deadline) or self._emit(dev, deadline)
             if diag is not None:
                 out.append(diag)
         return out
@@ -181,6 +194,43 @@ class Correlator:
             return None
         d["emitted"].append(kind)
         return self._diagnosis(kind, support, flags, deadline)
+
+    def _rollup(self, device: str, deadline: float) -> Diagnosis | None:
+        """One diagnosis for a host whose GPUs are slow together (see the module doc)."""
+        flags = self._devices[device]["flags"]
+        first = next(iter(flags.values()))
+        if (self.host_gpus is None or self.host_rollup_share <= 0 or first.device_kind != "gpu"
+                or classify("gpu", flags)[0] != "slow_compute"):
+            return None
+        host = first.host
+        slow = sorted(dev for dev, d in self._devices.items()
+                      if (f := next(iter(d["flags"].values()))).device_kind == "gpu"
+                      and f.host == host and classify("gpu", d["flags"])[0] == "slow_compute")
+        need = max(2, math.ceil(self.host_rollup_share * self.host_gpus(host)))
+        if len(slow) < need:
+            return None
+        fresh = [g for g in slow if "slow_compute" not in self._devices[g]["emitted"]]
+        for g in fresh:
+            d = self._devices[g]
+            d["deadline"], d["new"] = None, []
+            d["emitted"].append("slow_compute")
+        per = {g: self._devices[g]["flags"] for g in fresh}
+        support = {g: classify("gpu", per[g])[1] for g in fresh}
+        names = sorted({m for f in per.values() for m in f})
+        window = first.window_s
+        evidence = {"device": host, "device_kind": "gpu", "host_gpus": self.host_gpus(host),
+                    "devices": {g: {"metrics": {m: per[g][m].evidence() for m in sorted(per[g])},
+                                    "agreeing": support[g]} for g in fresh},
+                    "agreeing": sorted({m for v in support.values() for m in v}),
+                    "window_s": window, "actions": [["isolate_host", host]]}
+        return make_diagnosis(
+            job=self.job, kind="slow_compute", detector=DETECTOR, rule=RULE,
+            event_ts=min(per[g][m].streak_start for g in fresh for m in support[g]),
+            detected_ts=deadline, hosts=[host], gpus=fresh, links=[], evidence=evidence,
+            confidence=confidence("slow_compute", max(len(v) for v in support.values()) + 1),
+            summary=f"{host}: {len(slow)} of its {self.host_gpus(host)} GPUs slow together "
+                    f"({', '.join(names)}) throughout {window:g}s (cross-device λ±2δ, Aegis "
+                    "§5.1): the host, not one GPU")
 
     def _diagnosis(self, kind: str, support: list[str], flags: Mapping[str, MetricFlag],
                    detected: float) -> Diagnosis:
@@ -217,8 +267,10 @@ class Correlator:
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, wait_s: float,
-                inventory: Inventory | None = None) -> Correlator:
-        c = cls(job, wait_s, inventory)
+                inventory: Inventory | None = None,
+                host_gpus: Callable[[str], int] | None = None,
+                host_rollup_share: float = 0.0) -> Correlator:
+        c = cls(job, wait_s, inventory, host_gpus, host_rollup_share)
         for dev, d in state.items():
             flags = {f["metric"]: MetricFlag(**f) for f in d["flags"]}
             c._devices[dev] = {"flags": flags, "new": list(d["new"]), "deadline": d["deadline"],

@@ -60,6 +60,8 @@ class ZScoreConfig:
     # the hosts) on one side of a performance metric, the job holds two populations
     max_outlier_hosts: int = 2
     max_outlier_share: float = 0.1
+    # at least max(2, this share of a host's GPUs) slow together: the host (0: never)
+    host_rollup_share: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 < self.sub_window_s <= self.window_s or to_ms(self.sub_window_s) < 1:
@@ -68,9 +70,11 @@ class ZScoreConfig:
         if self.min_devices < 2 or self.sigma <= 0 or min(
                 self.lateness_s, self.gap_s, self.recover_s, self.correlate_wait_s,
                 self.dedup_horizon_s, self.max_future_s, self.rel_tol, self.max_abs,
-                self.max_outlier_hosts, self.max_outlier_share) < 0:
+                self.max_outlier_hosts, self.max_outlier_share) < 0 or not (
+                0 <= self.host_rollup_share <= 1):
             raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations, "
-                              "max_outlier_hosts and max_outlier_share >= 0")
+                              "max_outlier_hosts and max_outlier_share >= 0, "
+                              "0 <= host_rollup_share <= 1")
 
 
 class ZScoreDetector:
@@ -85,7 +89,8 @@ class ZScoreDetector:
         self.w_ms = to_ms(cfg.sub_window_s)
         self.t_ms = to_ms(cfg.window_s)
         self.kinds = {k: DeviceKind(k, cfg.abs_tol, inventory) for k in DEVICE_KINDS}
-        self.corr = Correlator(job, cfg.correlate_wait_s, inventory)
+        self.corr = Correlator(job, cfg.correlate_wait_s, inventory,
+                               self.kinds["gpu"].per_host.__getitem__, cfg.host_rollup_share)
         self.max_ts: float | None = None
         self.closed_ms: int | None = None  # every sub-window ending at or before is closed
         self.open: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -355,7 +360,8 @@ class ZScoreDetector:
             arrays = (remaps[k](t), remaps[k](c))
             det.open.setdefault(s, {})[k] = det._widen(arrays, len(ks.metrics), ks.cap)
         det.seen = {s: {(h, k): set(ts) for h, k, ts in keys} for s, keys in state["seen"]}
-        det.corr = Correlator.restore(state["corr"], job, det.cfg.correlate_wait_s, inventory)
+        det.corr = Correlator.restore(state["corr"], job, det.cfg.correlate_wait_s, inventory,
+                                      det.corr.host_gpus, det.cfg.host_rollup_share)
         return det
 
 

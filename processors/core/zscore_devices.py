@@ -46,6 +46,7 @@ class DeviceKind:
                              for m in self.metrics])
         self.devices: list[tuple[str, str, str]] = []  # slot -> (name, host, local)
         self.slot: dict[str, int] = {}
+        self.per_host: dict[str, int] = {}  # host -> how many of its devices are scored
         self.cap = 0
         rows = len(self.metrics)
         self.start = np.empty((rows, 0))  # streak start (ms), NaN when none
@@ -61,6 +62,7 @@ class DeviceKind:
         if name not in self.slot:
             self.slot[name] = len(self.devices)
             self.devices.append((name, host, local))
+            self.per_host[host] = self.per_host.get(host, 0) + 1
             if len(self.devices) > self.cap:
                 self.grow(max(8, 2 * self.cap))
         return self.slot[name]

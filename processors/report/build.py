@@ -94,10 +94,23 @@ def zscore_targets(diagnoses: Iterable[Diagnosis]) -> dict[tuple[str, str], set[
     """{(job, device kind): metrics} named in the zscore diagnoses' evidence."""
     out: dict[tuple[str, str], set[str]] = {}
     for d in diagnoses:
-        metrics = d.evidence.get("metrics")
-        if d.detector == "zscore" and isinstance(metrics, Mapping):
+        for _, metrics in zscore_devices(d):
             out.setdefault((d.job, str(d.evidence.get("device_kind", ""))), set()).update(metrics)
     return out
+
+
+def zscore_devices(d: Diagnosis) -> list[tuple[str, Mapping[str, Any]]]:
+    """(device, {metric: flag evidence}) of a zscore diagnosis: its device, or each GPU of a
+    host roll-up (``evidence.devices``)."""
+    if d.detector != "zscore":
+        return []
+    ev = d.evidence
+    per = ev.get("devices")
+    if isinstance(per, Mapping):
+        return [(str(g), v["metrics"]) for g, v in sorted(per.items())
+                if isinstance(v, Mapping) and isinstance(v.get("metrics"), Mapping)]
+    metrics = ev.get("metrics")
+    return [(str(ev.get("device", "")), metrics)] if isinstance(metrics, Mapping) else []
 
 
 def build_report(inp: ReportInput) -> str:
@@ -234,17 +247,19 @@ METRIC_LEGEND = legend({"the device's sub-window mean": "#111", "λ (job mean)":
 def _zscore_parts(inp: ReportInput, sj: str, ds: Sequence[Diagnosis],
                   tel: TelemetryCollector | None, zcfg: Any) -> str:
     parts, shown = [], 0
+    if tel is None:
+        return ""
     for d in ds:
-        metrics = d.evidence.get("metrics")
-        if d.detector != "zscore" or not isinstance(metrics, Mapping) or tel is None:
+        devices = zscore_devices(d)
+        if not devices:
             continue
-        device, kind = str(d.evidence.get("device", "")), str(d.evidence.get("device_kind", ""))
-        parts.append(f"<h3>{escape(d.kind)} on {escape(device)} (Aegis §5.1, T = "
-                     f"{d.evidence.get('window_s', '')} s)</h3>" + METRIC_LEGEND)
-        rows = []
-        for m, ev in sorted(metrics.items()):
-            rows.append((m, ev.get("direction"), ev.get("value"), ev.get("mean"), ev.get("std"),
-                         ev.get("bound"), ev.get("window_s"), iso(float(ev.get("streak_start", 0))),
+        kind, rows = str(d.evidence.get("device_kind", "")), []
+        parts.append(f"<h3>{escape(d.kind)} on {escape(str(d.evidence.get('device', '')))} "
+                     f"(Aegis §5.1, T = {d.evidence.get('window_s', '')} s)</h3>" + METRIC_LEGEND)
+        for device, m, ev in [(g, m, e) for g, ms in devices for m, e in sorted(ms.items())]:
+            rows.append((device, m, ev.get("direction"), ev.get("value"), ev.get("mean"),
+                         ev.get("std"), ev.get("bound"), ev.get("window_s"),
+                         iso(float(ev.get("streak_start", 0))),
                          iso(float(ev.get("flagged_at", 0)))))
             series = tel.series(d.job, kind, m, device, zcfg)
             if series is None or shown >= inp.max_metric_plots:
@@ -253,10 +268,11 @@ def _zscore_parts(inp: ReportInput, sj: str, ds: Sequence[Diagnosis],
             side = "above the upper" if ev.get("direction") != "low" else "below the lower"
             parts.append(f'<p class="caption"><b>{escape(m)}</b> of {escape(device)}: '
                          f'{side} bound from {iso(float(ev.get("streak_start", 0)))}</p>')
-            parts.append(plots.metric_plot(f"metric-{slug(d.id)}-{slug(m)}", series, ev,
-                                           d.detected_ts).render())
-        parts.append(table(("metric", "side", "value", "λ", "δ", "bound", "T s", "streak start",
-                            "flagged at"), rows, "zscore-evidence"))
+            pid = f"{slug(d.id)}-{slug(m)}" if len(devices) == 1 else \
+                f"{slug(d.id)}-{slug(device)}-{slug(m)}"
+            parts.append(plots.metric_plot(f"metric-{pid}", series, ev, d.detected_ts).render())
+        parts.append(table(("device", "metric", "side", "value", "λ", "δ", "bound", "T s",
+                            "streak start", "flagged at"), rows, "zscore-evidence"))
     return "".join(parts)
 
 

@@ -286,6 +286,21 @@ def test_a_gpu_crash_does_not_escalate_to_its_host() -> None:
         ("isolate_host", "already_isolated"), ("restart_job", "repeat")]
 
 
+def test_a_host_slow_everywhere_escalates_after_one_gpu_was_isolated() -> None:
+    """TD/N isolates the first slow GPU in seconds; Z-score's host roll-up names all eight
+    after T. The host goes, though its evidence began before the GPU isolation."""
+    g = Guard()
+    assert g.decide(diag(kind="slow_compute", actions=[("isolate_gpu", "h5/gpu0")],
+                         ts=100.0, event_ts=60.0)).commands
+    gpus = tuple(f"h5/gpu{i}" for i in range(8))
+    rollup = dataclasses.replace(diag(kind="slow_compute", actions=[("isolate_host", "h5")],
+                                      ts=700.0, event_ts=60.0), culprits=Culprits(("h5",), gpus))
+    assert [(c.action, c.target) for c in g.decide(rollup).commands] == [("isolate_host", "h5")]
+    one = dataclasses.replace(diag(kind="hang_compute", actions=[("isolate_host", "h5")],
+                                   ts=710.0, event_ts=61.0), culprits=Culprits(("h5",), gpus[:1]))
+    assert [r.reason for r in g.decide(one).refusals] == ["already_isolated"]
+
+
 def test_a_new_fault_after_the_isolation_is_acted_on() -> None:
     g = Guard()
     assert g.decide(diag(actions=[("isolate_gpu", "h5/gpu6"), ("restart_job", "j1")],
