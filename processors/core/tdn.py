@@ -20,6 +20,7 @@ incident re-arms after ``persist`` clean evaluations. Contract: processors/core/
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
+from processors.core.tdn_host import is_victim, short_gpus
 from processors.core.tdn_state import OpState, Streak
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -54,6 +56,9 @@ class TDNConfig:
     # more ranks than this share (at least 1) short in one iteration: a mixed population
     # (slower hardware in part of the job, uneven work), not a straggler; nobody violates
     max_slow_share: float = 0.25
+    # at least max(2, this share of a host's GPUs) short together, none a victim: the host is
+    # named (isolate_host), not its GPUs one by one (0: never)
+    host_rollup_share: float = 0.5
     seq_timeout_s: float = 5.0  # an incomplete iteration is evaluated after this long
     seq_bucket: int = 1  # launches compared together: 1 = exact iterations; raise it when the
     # plugin samples launches that are not aligned across hosts (seq // seq_bucket is the key)
@@ -67,9 +72,11 @@ class TDNConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
-                or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1:
+                or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1 \
+                or not 0 <= self.host_rollup_share <= 1:
             raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
-                              "seq_bucket >= 1, 0 < max_slow_share <= 1")
+                              "seq_bucket >= 1, 0 < max_slow_share <= 1, "
+                              "0 <= host_rollup_share <= 1")
         if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
                 self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
                                                   self.max_links, self.max_pending_seqs) < 1:
@@ -269,35 +276,35 @@ class TDNDetector:
         if m is None or self._victim(comm, m.host, m.gpu):
             return
         s = st.streaks["td_short"][rank]
+        tid, host_key = f"{comm}|{op}|td_short|{rank}", f"slow_compute|{m.host}"
+        if m.gpu >= 0 and host_key in self.incidents:  # its host was named: the same incident
+            self._join(host_key, tid, s)
+            return
+        gpus, short = short_gpus(self.roster, self.ops, m.host) if m.gpu >= 0 else ([], [])
+        share = self.cfg.host_rollup_share
+        host_wide = share > 0 and len(short) >= max(2, math.ceil(share * len(gpus)))
         # gpu -1: the plugin could not tell which GPU; the culprit is somewhere on the host
-        gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 else m.host
-        action = "isolate_gpu" if m.gpu >= 0 else "isolate_host"
-        key = f"slow_compute|{gid}"
-        if self._join(key, f"{comm}|{op}|td_short|{rank}", s):
+        gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 and not host_wide else m.host
+        action = "isolate_gpu" if gid != m.host else "isolate_host"
+        named = [gpu_id(m.host, g) for g in short] if host_wide else [gid] if m.gpu >= 0 else []
+        if self._join(f"slow_compute|{gid}", tid, s):
             ev = {"actions": [[action, gid]], "comm": comm, "op": op, "rank": rank,
                   "first_seq": s.first_seq * self.cfg.seq_bucket, "td_us": td, "td_mean_us": mean,
                   "ratio": td / mean, "alpha": self.cfg.alpha, "persist": self.cfg.persist,
                   "violations": s.count}
+            if host_wide:
+                ev |= {"short_gpus": named, "host_gpus": len(gpus)}
+            what = (f"{m.host} ({len(short)} of its {len(gpus)} GPUs short together)"
+                    if host_wide else gid)
             out.diagnoses.append(make_diagnosis(
                 job=self.job, kind="slow_compute", detector=DETECTOR, rule="td_short",
-                event_ts=s.first_ts, detected_ts=ts, hosts=[m.host],
-                gpus=[gid] if m.gpu >= 0 else [], evidence=ev,
+                event_ts=s.first_ts, detected_ts=ts, hosts=[m.host], gpus=named, evidence=ev,
                 confidence=0.8,
-                summary=f"{gid} finishes {op} in {td / mean:.2f}x the communicator's mean time "
-                        f"for {s.count} iterations: it arrives last (slow compute)"))
+                summary=f"{what} finishes {op} in {td / mean:.2f}x the communicator's mean "
+                        f"time for {s.count} iterations: it arrives last (slow compute)"))
 
     def _victim(self, comm: str, host: str, gpu: int) -> bool:
-        """The GPU waits, unflagged, on a flagged slow rank in another communicator."""
-        for c, r in self.roster.comms_of(host, gpu).items():
-            if c == comm:
-                continue
-            for st in self.ops.get(c, {}).values():
-                streaks = st.streaks["td_short"]
-                mine = streaks.get(r)
-                if mine is not None and mine.count == 0 and any(
-                        x.count >= 1 for rr, x in streaks.items() if rr != r):
-                    return True
-        return False
+        return is_victim(self.roster, self.ops, comm, host, gpu)
 
     def _slow_network(self, out: Outputs, comm: str, op: str, st: OpState,
                       vals: dict[int, float], mean: float, ts: float) -> None:

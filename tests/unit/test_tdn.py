@@ -151,6 +151,8 @@ def test_config_is_checked() -> None:
         TDNConfig(alpha=1.2)
     with pytest.raises(ConfigError):
         TDNConfig(beta=0.9)
+    with pytest.raises(ConfigError, match="host_rollup_share"):
+        TDNConfig(host_rollup_share=1.5)
     assert dataclasses.asdict(TDNConfig())["persist"] == 5
 
 
@@ -218,14 +220,42 @@ def test_a_slow_rank_whose_gpu_is_unknown_names_its_host() -> None:
 def test_half_the_job_on_slower_gpus_is_two_populations_not_stragglers(share: float) -> None:
     """Hosts 0-7 of 16 compute 30 % slower (mixed hardware): in every DP iteration half the
     ranks arrive last. No straggler to name (max_slow_share); without the rule (share 1.0)
-    the TD rule isolated GPUs of the slower half. A lone slow GPU is still named."""
+    the TD rule named the slower half's hosts (64 GPUs before the host roll-up). A lone slow
+    GPU is still named."""
     job, det = SynthJob(seed=5), TDNDetector(JOB, TDNConfig(max_slow_share=share))
     for h in range(8):
         for g in range(8):
             job.slow[(h, g)] = 1.3
     out = run(det, job, 60)
-    assert len(out.diagnoses) == (64 if share == 1.0 else 0)
+    whole = {d.culprits.hosts for d in out.diagnoses if d.evidence["actions"][0][0] == "isolate_host"}
+    assert whole == ({(f"h{h:04d}",) for h in range(8)} if share == 1.0 else set())
+    assert share == 1.0 or not out.diagnoses
     job.slow[(12, 3)] = 1.3
     later = run(det, job, 60).diagnoses
     if share < 1.0:
         assert [d.culprits.gpus for d in later] == [("h0012/gpu3",)]
+
+
+@pytest.mark.parametrize("slow, named", [(8, 8), (3, 8), (2, 0)])
+def test_a_host_slow_on_many_gpus_is_named_not_its_gpus(slow: int, named: int) -> None:
+    """A power cap or a stalled data loader: every rail ring sees the host's GPUs arrive last.
+    One isolate_host, not eight isolate_gpu of which the guard would keep one. With 3 slow
+    GPUs their TP group is two populations (max_slow_share), nobody there is a victim, and
+    all 8 GPUs are late in their rails: the host. With 2, TP shows its 2 slow GPUs short and
+    the other 6 as their victims: 2 < half the host, each GPU is named."""
+    job, det = SynthJob(seed=3, spikes=0.0), TDNDetector(JOB)
+    for g in range(slow):
+        job.slow[(6, g)] = 1.3
+    out = run(det, job, 60)
+    if named:
+        (d,) = out.diagnoses
+        assert d.evidence["actions"] == [["isolate_host", "h0006"]]
+        assert d.culprits.gpus == tuple(f"h0006/gpu{g}" for g in range(named))
+        assert d.evidence["host_gpus"] == 8 and f"{named} of its 8 GPUs" in d.summary
+    else:
+        assert sorted(d.culprits.gpus for d in out.diagnoses) == [
+            (f"h0006/gpu{g}",) for g in range(slow)]
+    job, det = SynthJob(seed=3, spikes=0.0), TDNDetector(JOB, TDNConfig(host_rollup_share=0.0))
+    for g in range(8):
+        job.slow[(6, g)] = 1.3
+    assert len(run(det, job, 60).diagnoses) == 8
