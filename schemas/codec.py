@@ -130,7 +130,8 @@ _RANK_SET = _slot_setters(RankSnapshot, ("comm", "comm_size", "rank", "gpu", "op
 
 def _head(d: Any) -> tuple[str, float, str | None] | None:
     """host, ts and job of a v1 record map, checked as ``from_wire`` checks them."""
-    if type(d) is not dict or d.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
+    if type(d) is not dict or type(v := d.get("v", SCHEMA_VERSION)) is not int \
+            or v != SCHEMA_VERSION:
         return None
     host, ts, job = d.get("host"), d.get("ts"), d.get("job")
     if type(host) is not str or not 0 < len(host) <= 256 or (

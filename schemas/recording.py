@@ -224,7 +224,7 @@ def _header(path: str, unpacker: msgpack.Unpacker) -> dict[str, Any]:
         raise DecodeError(f"{path}: no recording header ({e or 'empty file'})") from e
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise DecodeError(f"{path}: not an {FORMAT} file (header {str(header)[:80]!r})")
-    if header.get("v") != VERSION:
+    if type(header.get("v")) is not int or header.get("v") != VERSION:
         raise VersionError("recording", header.get("v"), (VERSION,))
     return header
 

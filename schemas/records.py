@@ -30,7 +30,7 @@ ACTIONS = (
 
 def _version(rec: str, d: Mapping[str, Any]) -> int:
     v = d.get("v", SCHEMA_VERSION)
-    if v != SCHEMA_VERSION:
+    if type(v) is not int or v != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 are no versions
         raise VersionError(rec, v, (SCHEMA_VERSION,))
     return SCHEMA_VERSION
 

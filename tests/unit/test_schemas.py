@@ -126,10 +126,15 @@ def test_ccl_rank_bounds() -> None:
     assert isinstance(decode(CCLRecord, msgpack.packb(wire)), ValidationError)
 
 
-def test_unknown_version_is_refused() -> None:
-    wire = telemetry().to_wire()
-    wire["v"] = 2
-    assert isinstance(decode(TelemetryBatch, msgpack.packb(wire)), VersionError)
+@pytest.mark.parametrize("v", [2, True, 1.0, "1"])
+def test_unknown_version_is_refused(v: object) -> None:
+    for rec, cls in ((telemetry(), TelemetryBatch), (ccl(), CCLRecord)):
+        wire = rec.to_wire()
+        wire["v"] = v
+        assert isinstance(decode(cls, msgpack.packb(wire)), VersionError)
+    wire = diagnosis().to_wire()
+    wire["v"] = v
+    assert isinstance(decode(Diagnosis, orjson.dumps(wire)), VersionError)
 
 
 def test_diagnosis_kind_and_confidence_checked() -> None:
