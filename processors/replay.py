@@ -299,7 +299,9 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     progress.done()
     s = run.engines[what].stats
     print(f"aegis replay: {run.records} records, {s.diagnoses} diagnoses, {s.commands} commands, "
-          f"{s.refusals} refusals, {s.dead_letters} dead letters", file=sys.stderr)
+          f"{s.refusals} refusals, {s.dead_letters} dead letters"
+          + (f", {s.ignored} of topics that are no input (ignored)" if s.ignored else ""),
+          file=sys.stderr)
     code, diff = 0, None
     if a.policy:
         from processors.whatif import compare, diff_doc, diff_lines

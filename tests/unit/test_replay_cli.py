@@ -140,3 +140,19 @@ def test_simulate_into_a_missing_folder_says_so(tmp_path, capsys):
 
     assert simulate(["--out", str(tmp_path / "no" / "s.aegis"), "--duration", "2", "--quiet"]) == 1
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_entries_of_topics_that_are_no_input_are_counted_not_silent(tmp_path, capsys):
+    """A recording holding a diagnoses topic or a stray topic: the summary says how many
+    entries were ignored (they were skipped without a word; wire audit)."""
+    from processors import diagnose
+
+    rec = tmp_path / "r.aegis"
+    with RecordingWriter(str(rec)) as w:
+        w.emit_encoded("aegis.diagnoses", "j1", 1.0, b"{}")
+        w.emit_encoded("someone.elses.topic", "j1", 2.0, b"\x00")
+    for workers in (["--workers", "1"], ["--workers", "2"]):
+        assert replay.main([str(rec), "-o", str(tmp_path / "o.jsonl"), *workers]) == 0
+        assert "2 of topics that are no input (ignored)" in capsys.readouterr().err
+    assert diagnose.main([str(rec), "-o", str(tmp_path / "d.jsonl")]) == 0
+    assert "2 of topics that are no input (ignored)" in capsys.readouterr().err
