@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(a.file):
         print(f"aegis diagnose: {a.file}: no such file", file=sys.stderr)
         return 1
+    if os.path.isdir(a.file):
+        print(f"aegis diagnose: {a.file}: is a directory, not a recording", file=sys.stderr)
+        return 1
     from sinks.jsonl import JsonlSink
 
     try:

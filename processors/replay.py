@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         elif not os.path.exists(path):
             return _fail(f"{path}: no such file", 1)
+        elif os.path.isdir(path):
+            return _fail(f"{path}: is a directory, not a recording", 1)
         return _replay_file(a, path, configs, t_from, t_to, enabled)
 
 

@@ -156,3 +156,12 @@ def test_entries_of_topics_that_are_no_input_are_counted_not_silent(tmp_path, ca
         assert "2 of topics that are no input (ignored)" in capsys.readouterr().err
     assert diagnose.main([str(rec), "-o", str(tmp_path / "d.jsonl")]) == 0
     assert "2 of topics that are no input (ignored)" in capsys.readouterr().err
+
+
+def test_a_directory_is_no_recording(tmp_path, capsys):
+    from processors import diagnose
+
+    assert replay.main([str(tmp_path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
+    assert diagnose.main([str(tmp_path), "-o", str(tmp_path / "o.jsonl")]) == 1
+    assert "is a directory" in capsys.readouterr().err
