@@ -157,11 +157,30 @@ static void start_proxy_op(struct acc_comm* c, void** handle, const struct acc_d
   ev->dir = d->is_send ? ACC_DIR_SEND : ACC_DIR_RECV;
   ev->peer = d->peer;
   ev->posted = ev->completed = 0;
+  for (uint32_t i = 0; i < ACC_OP_STEPS; i++)
+    atomic_store_explicit(&ev->steps[i], 0, memory_order_relaxed);
   *handle = ev;
 }
 
+/* NCCL starts a step again when it could not post it yet (net.cc recvProxyProgress: the
+ * kernel has not started on a registered buffer, irecv gave no request, maxDepth) and
+ * never stops the handle it got before. A ProxyOp's unposted step in the same step % 8
+ * slot is that handle: it is handed out again, so a spinning proxy cannot drain the pool
+ * (it did: 8192 leaked slots froze WR, WC and N for the communicator's lifetime). */
 static void start_proxy_step(struct acc_comm* c, void** handle, const struct acc_descr* d) {
   struct acc_ev* op = as_ev(c, d->parent, ACC_EV_PROXY_OP);
+  _Atomic uint32_t* slot =
+      op != NULL && d->step >= 0 ? &op->steps[(uint32_t)d->step % ACC_OP_STEPS] : NULL;
+  if (slot != NULL) {
+    uint32_t prev = atomic_load_explicit(slot, memory_order_relaxed);
+    struct acc_ev* old = prev != 0 && prev <= c->pool_size ? &c->pool[prev - 1] : NULL;
+    if (old != NULL && old->hdr.type == ACC_EV_PROXY_STEP && old->op1 == op->hdr.index + 1 &&
+        !old->posted) {
+      old->step = d->step;
+      *handle = old;
+      return;
+    }
+  }
   struct acc_ev* ev = pool_pop(c);
   if (ev == NULL) {
     atomic_fetch_add_explicit(&c->exhausted, 1, memory_order_relaxed);
@@ -173,7 +192,21 @@ static void start_proxy_step(struct acc_comm* c, void** handle, const struct acc
   ev->peer = op ? op->peer : -1;
   ev->posted = ev->completed = 0;
   ev->t_post = 0;
+  ev->step = d->step;
+  ev->op1 = op ? op->hdr.index + 1 : 0;
+  if (slot != NULL) atomic_store_explicit(slot, ev->hdr.index + 1, memory_order_relaxed);
   *handle = ev;
+}
+
+/* A stopped step leaves its ProxyOp's slot (if the op still holds it there). */
+static void step_released(struct acc_comm* c, struct acc_ev* ev) {
+  if (ev->op1 == 0 || ev->op1 > c->pool_size || ev->step < 0) return;
+  struct acc_ev* op = &c->pool[ev->op1 - 1];
+  uint32_t mine = ev->hdr.index + 1;
+  if (op->hdr.type == ACC_EV_PROXY_OP)
+    atomic_compare_exchange_strong_explicit(&op->steps[(uint32_t)ev->step % ACC_OP_STEPS],
+                                            &mine, 0, memory_order_relaxed,
+                                            memory_order_relaxed);
 }
 
 static void start_kernel_ch(struct acc_comm* c, void** handle, const struct acc_descr* d) {
@@ -299,6 +332,7 @@ void acc_stop(void* handle) {
   switch (h->type) {
     case ACC_EV_PROXY_STEP:
       step_completed(c, handle);
+      step_released(c, handle);
       pool_push(c, handle);
       break;
     case ACC_EV_KERNEL_CH:

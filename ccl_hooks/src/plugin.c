@@ -80,6 +80,9 @@ static ncclResult_t acc_stop_event(void* handle) {
         a.peer = d->proxyOp.peer;                                                \
         a.is_send = d->proxyOp.isSend;                                           \
         break;                                                                   \
+      case ncclProfileProxyStep:                                                 \
+        a.step = d->proxyStep.step;                                              \
+        break;                                                                   \
       case ncclProfileKernelCh:                                                  \
         a.ptimer = d->kernelCh.pTimer;                                           \
         break;                                                                   \

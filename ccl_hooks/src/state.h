@@ -51,6 +51,9 @@ struct acc_coll {
   _Atomic uint64_t cpu_start, cpu_stop;  /* the same from CLOCK_MONOTONIC */
 };
 
+/* A ProxyOp's step slots, one per step % NCCL_STEPS (NCCL keeps at most 8 in flight). */
+#define ACC_OP_STEPS 8u
+
 /* ProxyOp, ProxyStep or KernelCh event. Plain fields: NCCL serialises the calls on one
  * handle, and the free list's acquire/release hands a slot from one owner to the next. */
 struct acc_ev {
@@ -62,9 +65,19 @@ struct acc_ev {
   uint8_t completed;           /* ... and then completed: counted in WC */
   int32_t peer;
   uint64_t t_post;             /* CLOCK_MONOTONIC at posting */
-  struct acc_coll* parent;     /* KernelCh: its collective */
-  uint64_t parent_ord;
-  uint64_t gpu_start, gpu_stop, cpu_start;
+  union {
+    struct {                   /* KernelCh */
+      struct acc_coll* parent; /* its collective */
+      uint64_t parent_ord;
+      uint64_t gpu_start, gpu_stop, cpu_start;
+    };
+    /* ProxyOp: index + 1 of its live step per step % ACC_OP_STEPS, 0 = none */
+    _Atomic uint32_t steps[ACC_OP_STEPS];
+    struct {                   /* ProxyStep */
+      int32_t step;            /* NCCL's step number */
+      uint32_t op1;            /* index + 1 of its ProxyOp, 0 = none */
+    };
+  };
 };
 
 /* Counters of one op kind on one comm (Aegis §4.2, §5.2). */
@@ -114,6 +127,7 @@ struct acc_descr {
   pid_t pid;
   int peer;
   int is_send;
+  int step;  /* ProxyStep: NCCL's step number */
   uint64_t ptimer;
 };
 

@@ -73,6 +73,10 @@ static void* user_main(void* arg) {
 
 static void run_steps(struct sim_rank* s, void* op, int send, int hang, void** steps) {
   for (int k = 0; k < SIM_STEPS; k++) {
+    for (int r = 0; !send && r < s->restarts; r++) {
+      void* again = drv_proxy_step(s->d, s->ctx, op, k);
+      CHECK(again != NULL, "rank %d: NULL handle for a re-started step", s->rank);
+    }
     steps[k] = drv_proxy_step(s->d, s->ctx, op, k);
     CHECK(steps[k] != NULL, "rank %d: NULL step handle", s->rank);
     if (send) {

@@ -41,6 +41,8 @@ struct sim_rank {
   int n_ops;        /* ops to launch */
   int only_ar;      /* every op an AllReduce (else AR, AG, Send in turn) */
   int hang_last;    /* the last op's steps never complete */
+  int restarts;     /* each recv step is started this many extra times first, never stopped
+                       (net.cc recvProxyProgress when it cannot post yet) */
   int send_peer, recv_peer;
   struct sim_queue to_proxy, to_kernel;
   pthread_t user, proxy, kernel;
