@@ -6,7 +6,8 @@ Values are buffered per (communicator, op, seq) until every rank's value is in, 
 ``seq_timeout_s``; then, with at least ``min_ranks`` values and TD(i,k), N(i,k) the means
 over the ranks:
 
-- TD(i,j,k) < α·TD(i,k): Gj arrives last and waits least, slow compute (``td_short``);
+- TD(i,j,k) < α·TD(i,k): Gj arrives last and waits least, slow compute (``td_short``;
+  collectives only: a Send/Recv ends when its one peer is done, not when everyone is);
 - N(i,j,k) > β·N(i,k): Gj's work requests are slow, slow network (``n_high``); the group of
   degraded ranks is localised like RootDiag (ccl_state.localise), one rank alone names its
   NIC↔ToR link.
@@ -28,7 +29,7 @@ from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
 from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
-from processors.core.tdn_host import is_victim, short_gpus
+from processors.core.tdn_host import is_victim, short_gpus, spans_hosts
 from processors.core.tdn_state import OpState, Streak
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -41,6 +42,10 @@ def _where(snap: RankSnapshot, o: OpCounters) -> str:
     return f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
 
 DETECTOR = "ccl_tdn"
+# §5.2's TD premise, an op ends at the same moment on every rank, holds for collectives. A
+# point-to-point op ends when its one peer is done: in a pipeline, the stage with the most
+# work always waits least on its Send/Recv, and was isolated host by host, then rolled back
+P2P_OPS = frozenset({"send", "recv", "sendrecv"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,10 @@ class TDNConfig:
     # more ranks than this share (at least 1) short in one iteration: a mixed population
     # (slower hardware in part of the job, uneven work), not a straggler; nobody violates
     max_slow_share: float = 0.25
+    # ... or short ranks on more than max(max_slow_hosts, max_slow_host_share of the
+    # communicator's hosts) hosts: a stage or a rack, not a few stragglers (the guard's cap)
+    max_slow_hosts: int = 2
+    max_slow_host_share: float = 0.1
     # at least max(2, this share of a host's GPUs) short together, none a victim: the host is
     # named (isolate_host), not its GPUs one by one (0: never)
     host_rollup_share: float = 0.5
@@ -73,10 +82,12 @@ class TDNConfig:
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
                 or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1 \
-                or not 0 <= self.host_rollup_share <= 1:
+                or not 0 <= self.host_rollup_share <= 1 or self.max_slow_hosts < 0 \
+                or self.max_slow_host_share < 0:
             raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
                               "seq_bucket >= 1, 0 < max_slow_share <= 1, "
-                              "0 <= host_rollup_share <= 1")
+                              "0 <= host_rollup_share <= 1, max_slow_hosts and "
+                              "max_slow_host_share >= 0")
         if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
                 self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
                                                   self.max_links, self.max_pending_seqs) < 1:
@@ -184,7 +195,10 @@ class TDNDetector:
                 st.reckon_oldest()
                 self._reject(out, rec.host, "seq_buffer_full",
                              f"comm {snap.comm} op {op}: dropped iteration {old}", rec.ts)
-            ts = rec.ts
+            # the job clock (newest record time) when its first value came: an iteration
+            # opened by a host whose clock is behind must not time out before the others'
+            # values arrive (3 s of skew made every iteration expire: TD/N saw nothing)
+            ts = self.watermark
             buf = pending[seq] = (ts, {}, {})
             if ts < st.oldest:
                 st.oldest = ts
@@ -232,6 +246,8 @@ class TDNDetector:
         cfg = self.cfg
         alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
         for rule, values in (("td_short", td), ("n_high", n)):
+            if rule == "td_short" and op.lower() in P2P_OPS:
+                continue  # a send/recv waits on its one peer, not on everyone
             vals = {r: v for r, v in values.items() if v > 0}
             if len(vals) < 2:
                 continue
@@ -242,8 +258,11 @@ class TDNDetector:
             streaks = st.streaks[rule]
             short = rule == "td_short"
             # many arrive last: two populations, not a straggler; nobody violates this time
-            mixed = short and sum(v < alpha * mean for v in vals.values()) > max(
-                1, int(cfg.max_slow_share * len(vals)))
+            if short:
+                late = [r for r, v in vals.items() if v < alpha * mean]
+                mixed = len(late) > max(1, int(cfg.max_slow_share * len(vals))) or (
+                    len(late) > cfg.max_slow_hosts and spans_hosts(
+                        self.roster, comm, late, cfg.max_slow_hosts, cfg.max_slow_host_share))
             ranks = sorted(vals)
             hot = False  # a rank reached ``persist`` violations: the firing pass is needed
             for r in ranks:
@@ -273,7 +292,7 @@ class TDNDetector:
     def _slow_compute(self, out: Outputs, comm: str, op: str, st: OpState, rank: int,
                       td: float, mean: float, ts: float) -> None:
         m = self.roster.place(comm, rank)
-        if m is None or self._victim(comm, m.host, m.gpu):
+        if m is None or is_victim(self.roster, self.ops, comm, m.host, m.gpu):
             return
         s = st.streaks["td_short"][rank]
         tid, host_key = f"{comm}|{op}|td_short|{rank}", f"slow_compute|{m.host}"
@@ -302,9 +321,6 @@ class TDNDetector:
                 confidence=0.8,
                 summary=f"{what} finishes {op} in {td / mean:.2f}x the communicator's mean "
                         f"time for {s.count} iterations: it arrives last (slow compute)"))
-
-    def _victim(self, comm: str, host: str, gpu: int) -> bool:
-        return is_victim(self.roster, self.ops, comm, host, gpu)
 
     def _slow_network(self, out: Outputs, comm: str, op: str, st: OpState,
                       vals: dict[int, float], mean: float, ts: float) -> None:

@@ -1,4 +1,4 @@
-"""Which GPUs of a host are short across communicators, for the TD/N rule (Aegis §5.2).
+"""Who is short where, for the TD/N rule (Aegis §5.2): victims, hosts, populations.
 
 A GPU short in one communicator (it arrives last) but not short where one of its peers is
 is a *victim*: it waits on that peer elsewhere (a slow GPU holds up its tensor-parallel
@@ -43,3 +43,14 @@ def short_gpus(roster: CommRoster, ops: Mapping[str, Mapping[str, OpState]],
                 and not any(is_victim(roster, ops, c, host, g) for c in here):
             short.append(g)
     return gpus, short
+
+
+def spans_hosts(roster: CommRoster, comm: str, ranks: list[int], max_hosts: int,
+                max_share: float) -> bool:
+    """The ranks run on more than ``max(max_hosts, max_share x the communicator's hosts)``
+    hosts: a pipeline stage or a rack arriving last together, not a few stragglers."""
+    members = roster.members.get(comm, {})
+    hosts = {m.host for r in ranks if (m := members.get(r)) is not None}
+    if len(hosts) <= max_hosts:
+        return False
+    return len(hosts) > max(max_hosts, max_share * len({m.host for m in members.values()}))

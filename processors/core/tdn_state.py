@@ -26,8 +26,8 @@ class Streak:
 class OpState:
     size: int
     pending: dict[int, tuple[float, dict[int, float], dict[int, float]]] = field(
-        default_factory=dict)  # seq -> (first record ts, TD by rank, N by rank)
-    oldest: float = math.inf  # least first record ts in ``pending`` (inf when empty)
+        default_factory=dict)  # seq -> (job clock at its first value, TD by rank, N by rank)
+    oldest: float = math.inf  # least such time in ``pending`` (inf when empty)
     last_seq: dict[int, int] = field(default_factory=dict)
     done_upto: int = 0
     streaks: dict[str, dict[int, Streak]] = field(
