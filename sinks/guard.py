@@ -15,7 +15,9 @@ Rules (defaults in :class:`GuardConfig`; docs/sinks.md has the rationale):
   within ``cluster_window_s``.
 - A diagnosis' isolations are all-or-nothing (Aegis Alg. 1 isolates both hosts of a 2-host
   DistError, never one), and its ``restart_job`` is refused when its isolations were.
-- Config diagnoses never isolate (Aegis Alg. 1: ConfigCheck, not hardware).
+- Config diagnoses never isolate (Aegis Alg. 1: ConfigCheck, not hardware), and a hang or
+  DistError on a host one named, with evidence within ``explained_s`` of it, is its
+  consequence: not isolated (``explained_by_config``); its restart_job goes on.
 - The same diagnosis id twice gives nothing; the same action on the same target within
   ``repeat_window_s`` is refused as a repeat (three detectors reporting one fault must not
   restart the job thrice), except a restart_job whose diagnosis just isolated a new host.
@@ -62,13 +64,18 @@ class GuardConfig:
     repeat_window_s: float = 600.0
     memory_s: float = 86400.0  # how long diagnosis ids and history are remembered
     no_isolation_kinds: tuple[str, ...] = ("config",)
+    # a hang or DistError on a host that a config diagnosis named (the job's own failure:
+    # OOM kill, app error, termination) with evidence within this of it is its consequence
+    consequence_kinds: tuple[str, ...] = ("hang_compute", "hang_network", "dist_error")
+    explained_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not (0 <= self.job_isolation_pct <= 100) or not math.isfinite(self.job_isolation_pct):
             raise ConfigError(f"guard: job_isolation_pct={self.job_isolation_pct!r} not in [0, 100]")
         if self.job_isolation_min < 0 or self.cluster_max_isolations < 0:
             raise ConfigError("guard: job_isolation_min and cluster_max_isolations must be >= 0")
-        for name in ("window_s", "cluster_window_s", "repeat_window_s", "memory_s"):
+        for name in ("window_s", "cluster_window_s", "repeat_window_s", "memory_s",
+                     "explained_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ConfigError(f"guard: {name}={v!r} must be a finite number >= 0")
@@ -111,6 +118,7 @@ class _State:
     issued: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (job,act,tgt)->ts
     systemic: dict[str, float] = field(default_factory=dict)  # job -> ts of the last trip
     named: dict[str, float] = field(default_factory=dict)  # job -> ts its culprit's isolation hit a cap
+    explained: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) -> config ev ts
     watermark: float = 0.0
     pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
 
@@ -158,6 +166,9 @@ class Guard:
             refusals.append(GuardRefusal(d.id, action, target, reason, d.job, detail, t))
 
         isolations, others = self._parse_actions(d, refuse)
+        if d.kind in self.config.no_isolation_kinds:
+            for h in d.culprits.hosts:
+                s.explained[(d.job, h)] = float(d.event_ts)
         isolation_refused = False
         if isolations and d.kind in self.config.no_isolation_kinds:
             for a, tgt in isolations:
@@ -169,6 +180,11 @@ class Guard:
                 refuse(a, tgt, "already_isolated",
                        f"host {prev[1]} had an isolation at event time {prev[0]:.3f}, after this "
                        f"diagnosis' evidence began ({float(d.event_ts):.3f}): the same incident")
+                isolations.remove((a, tgt))
+            for a, tgt, ts in self._explained(d, isolations):
+                refuse(a, tgt, "explained_by_config",
+                       f"a config diagnosis named host {host_of(tgt)} at event time {ts:.3f} "
+                       f"(the job's own failure, not its hardware): this {d.kind} follows it")
                 isolations.remove((a, tgt))
         if isolations and d.kind not in self.config.no_isolation_kinds:
             verdict = self._check_caps(d, t, isolations)
@@ -214,6 +230,19 @@ class Guard:
                 earlier.setdefault(h, (ts, h))
         return [(a, tgt, earlier[host_of(tgt)]) for a, tgt in isolations
                 if host_of(tgt) in earlier and not self._escalates(d, a, tgt)]
+
+    def _explained(self, d: Diagnosis, isolations: list[tuple[str, str]]
+                   ) -> list[tuple[str, str, float]]:
+        """Isolations a hang or DistError asks for on a host whose failure a config diagnosis
+        already explained (an OOM kill: the peers then hang on it, silent): its consequence."""
+        if d.kind not in self.config.consequence_kinds:
+            return []
+        out = []
+        for a, tgt in isolations:
+            ts = self._s.explained.get((d.job, host_of(tgt)))
+            if ts is not None and abs(float(d.event_ts) - ts) <= self.config.explained_s:
+                out.append((a, tgt, ts))
+        return out
 
     def _escalates(self, d: Diagnosis, action: str, target: str) -> bool:
         """An isolate_host whose diagnosis names two or more GPUs of the host, some of them
@@ -353,6 +382,7 @@ class Guard:
         s.issued = {k: v for k, v in s.issued.items() if v >= horizon}
         s.systemic = {k: v for k, v in s.systemic.items() if v >= horizon}
         s.named = {k: v for k, v in s.named.items() if v >= horizon}
+        s.explained = {k: v for k, v in s.explained.items() if v >= horizon}
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -364,6 +394,7 @@ class Guard:
                 "issued": sorted([*k, v] for k, v in s.issued.items()),
                 "systemic": sorted([k, v] for k, v in s.systemic.items()),
                 "named": sorted([k, v] for k, v in s.named.items()),
+                "explained": sorted([*k, v] for k, v in s.explained.items()),
                 "job_sizes": dict(sorted(self._sizes.items()))}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -377,5 +408,6 @@ class Guard:
             issued={(str(j), str(a), str(tg)): float(v) for j, a, tg, v in state["issued"]},
             systemic={str(k): float(v) for k, v in state["systemic"]},
             named={str(k): float(v) for k, v in state.get("named", [])},
+            explained={(str(j), str(h)): float(v) for j, h, v in state.get("explained", [])},
             watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))
         self._sizes = {str(k): int(v) for k, v in state.get("job_sizes", {}).items()}

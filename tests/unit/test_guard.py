@@ -301,6 +301,29 @@ def test_a_host_slow_everywhere_escalates_after_one_gpu_was_isolated() -> None:
     assert [r.reason for r in g.decide(one).refusals] == ["already_isolated"]
 
 
+def test_a_hang_on_a_host_whose_failure_was_the_jobs_own_is_not_isolated() -> None:
+    """The OOM killer ended a rank on h5 (config: app_error, no isolation); its peers then
+    hang on it and h5's rank goes silent. The hang asked to isolate the healthy h5."""
+    g = Guard()
+    g.set_job_size("j1", 16)
+    oom = dataclasses.replace(diag(kind="config", ts=105.0, event_ts=100.0),
+                              culprits=Culprits(("h5",)))
+    assert not g.decide(oom).commands
+    hang = g.decide(diag(kind="hang_compute", actions=iso("h5"), ts=130.0, event_ts=100.0))
+    assert [(c.action, c.target) for c in hang.commands] == [("restart_job", "j1")]
+    assert [(r.target, r.reason) for r in hang.refusals] == [("h5", "explained_by_config")]
+    later = Guard()
+    later.restore(orjson.loads(orjson.dumps(g.snapshot())))
+    tree = later.decide(diag(kind="dist_error", actions=iso("h5"), ts=715.0, event_ts=101.0))
+    assert [r.reason for r in tree.refusals] == ["explained_by_config", "repeat"]
+    xid = later.decide(diag(kind="critical_error", actions=iso("h5"), ts=140.0, event_ts=139.0))
+    assert ("isolate_host", "h5") in [(c.action, c.target) for c in xid.commands]
+    new = Guard()
+    new.decide(oom)
+    out = new.decide(diag(kind="hang_compute", actions=iso("h5"), ts=2000.0, event_ts=1990.0))
+    assert ("isolate_host", "h5") in [(c.action, c.target) for c in out.commands]
+
+
 def test_a_new_fault_after_the_isolation_is_acted_on() -> None:
     g = Guard()
     assert g.decide(diag(actions=[("isolate_gpu", "h5/gpu6"), ("restart_job", "j1")],
