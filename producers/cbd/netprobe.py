@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import select
 import socket
@@ -38,13 +39,27 @@ UDP_OVERHEAD, TCP_OVERHEAD = 28, 40
 _HDR = struct.Struct("!IHH")  # token, size, seq
 
 
+def _bind(s: socket.socket, port: int, wait_s: float = 5.0) -> None:
+    """Bind, retrying while the port is still held (the previous check's responder, killed
+    a moment ago, may not be gone yet)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            s.bind(("0.0.0.0", port))
+            return
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def serve(port: int, duration_s: float) -> None:
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    udp.bind(("0.0.0.0", port))
+    _bind(udp, port)
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind(("0.0.0.0", port))
+    _bind(tcp, port)
     tcp.listen(64)
     threading.Thread(target=_udp_echo, args=(udp,), daemon=True).start()
     threading.Thread(target=_tcp_accept, args=(tcp,), daemon=True).start()

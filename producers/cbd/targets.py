@@ -20,6 +20,7 @@ producers.cbd.facts``): the package must be installed there (it is, for local an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -136,13 +137,16 @@ class SshTarget(HostTarget):
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    """Kill a helper and everything it started (its own process group)."""
+    """Kill a helper and everything it started (its own process group), and wait until it
+    is gone: a SIGKILLed responder still held its port when the next check started on it."""
     if proc.poll() is not None:
         return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
 
 
 def make_target(spec: HostSpec, python: str = "") -> HostTarget:
