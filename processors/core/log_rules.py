@@ -94,7 +94,8 @@ def nvrm(line: str) -> Hit | None:
     if "API mismatch" in line:  # the kernel's side of NVML's "Driver/library version mismatch"
         return Hit("config", "fatal", "nvml_driver_mismatch")
     if ("RmInitAdapter failed" in line or "rm_init_adapter failed" in line  # as XID 143
-            or "bailing out of RmInitAdapter" in line or "Cannot attach gpu" in line):
+            or "bailing out of RmInitAdapter" in line or "Cannot attach gpu" in line
+            or "Cannot initialize GSP firmware" in line):
         m = _GPU_BUS.search(line)
         return Hit("critical_gpu", "fatal", "nvrm_init_failed", pci=m.group(1) if m else None)
     if "GSP" in line and ("imeout" in line or "timedout" in line or "needs to be reset" in line) \
@@ -105,6 +106,9 @@ def nvrm(line: str) -> Hit | None:
     if "NV_ERR_RESET_REQUIRED" in line or "Reset required" in line:  # the driver refuses the
         m = _GPU_BUS.search(line)  # GPU's work until it is reset: every restart fails on it
         return Hit("critical_gpu", "fatal", "nvrm_reset_required", pci=m.group(1) if m else None)
+    if "failed to wait for GFW_BOOT" in line:  # the GPU's firmware did not finish booting
+        m = _GPU_BUS.search(line)
+        return Hit("critical_gpu", "degraded", "nvrm_gfw_boot_timeout", pci=m.group(1) if m else None)
     if "Memory Subsystem Error" in line:
         return Hit("critical_gpu", "degraded", "nvrm_mem_subsystem_error")
     low = line.lower()
@@ -192,10 +196,13 @@ def pcie(line: str) -> Hit | None:
         return Hit("pcie", "info", "iommu_dma_fault", pci=_first_bus(line))
     if "AER" not in line and "pcieport" not in line and not ("PCIe" in line and "Bus Error" in line):
         return None
+    # a USB host controller's error is no reason to take the host out of training
+    usb = _USB_HC.search(line, 0, SCAN_CHARS) is not None
     if "can't recover" in line or "recovery failed" in line or "Recovery failed" in line:
-        return Hit("pcie", "fatal", "pcie_aer_unrecovered", pci=_first_bus(line))
+        return Hit("pcie", "degraded" if usb else "fatal", "pcie_aer_unrecovered",
+                   pci=_first_bus(line))
     if "Uncorrect" in line:
-        sev = "degraded" if "Non-Fatal" in line or "NonFatal" in line else "fatal"
+        sev = "degraded" if usb or "Non-Fatal" in line or "NonFatal" in line else "fatal"
         return Hit("pcie", sev, "pcie_aer_uncorrected", pci=_first_bus(line))
     if "Correct" in line:
         return Hit("pcie", "info", "pcie_aer_corrected", pci=_first_bus(line))
@@ -303,6 +310,7 @@ _STORAGE_BENIGN = ("Admin Cmd(",  # nvme-cli's unsupported identify, no data I/O
                    "target_handle_connect", "clients in recovery")  # a Lustre server recovering
 _STORAGE_STALL = ("QID", "controller is down", "Aborting journal", "Timed out tx for",
                   "was lost; in progress", "Request sent has timed out")  # NVMe timeouts, jbd2, LNet / Lustre client
+_USB_HC = re.compile(r"\b(?:xhci_hcd|[eou]hci[-_](?:pci|hcd)|uhci_hcd) [0-9a-f]{4}:")
 _MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
               "UC error", "Kernel panic - not syncing: Fatal")
 
@@ -325,7 +333,11 @@ def host(line: str) -> Hit | None:
             if any(k in line for k in _STORAGE_BENIGN):
                 return Hit("other", "info", "host_storage_benign")
             return Hit("host_hw", "degraded", "host_storage_error")
-    if "achine check" in line:
+    if "achine check" in line or "achine Check" in line:
+        if "Uncorrectable Machine Check" in line or "Oops: Machine check" in line:
+            return Hit("host_hw", "fatal", "host_mce_fatal")  # a BMC's SEL, powerpc's oops
+        if _MCE_CPU.search(line, 0, SCAN_CHARS):
+            return _mce_status(line)
         if "events logged" in line or any(k in line for k in _MCE_FATAL):
             return _mce(line)
         return Hit("other", "info", "host_mce_banner")  # "machine check architecture supported"
@@ -350,11 +362,29 @@ def host(line: str) -> Hit | None:
     if ("nvme" in line or "ourna" in line or "LNet" in line or "Lustre" in line) and (
             "timeout, aborting" in line or any(k in line for k in _STORAGE_STALL)):
         return Hit("host_hw", "degraded", "host_storage_error")
-    if ("emory" in line or "oom" in line) and (
+    if ("emory" in line or "oom" in line or "OOM" in line or "Killed process" in line) and (
             "Out of memory: Kill" in line or "oom-kill" in line or "oom_kill event" in line
-            or "Memory cgroup out of memory" in line or ": Out Of Memory" in line):
+            or "Memory cgroup out of memory" in line or ": Out Of Memory" in line
+            or "OOMKilled" in line  # Kubernetes: the pod's container
+            or "Killed process" in line and "total-vm:" in line):  # older kernels' wording
         return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
     return None
+
+
+_MCE_CPU = re.compile(r"CPU \d+: Machine Check (?:Exception|Event): ")  # not mcelog's banner
+_MCE_BANK = re.compile(r"Bank \d+: ([0-9a-fA-F]{16})\b")
+
+
+def _mce_status(line: str) -> Hit:
+    """``CPU n: Machine Check Exception|Event: mcg Bank b: STATUS``: MCi_STATUS says it,
+    bit 61 UC (uncorrected), bit 57 PCC (processor context corrupt)."""
+    m = _MCE_BANK.search(line, 0, SCAN_CHARS)
+    if m is None:
+        return Hit("host_hw", "degraded", "host_mce")
+    status = int(m.group(1), 16)
+    if not status >> 61 & 1:
+        return Hit("host_hw", "info", "host_mce_corrected")
+    return Hit("host_hw", "fatal" if status >> 57 & 1 else "degraded", "host_mce")
 
 
 def _mce(line: str) -> Hit:
@@ -366,6 +396,8 @@ def _mce(line: str) -> Hit:
     low = line.lower()
     if "corrected" in low and "uncorrected" not in low:  # "corrected by h/w", "type: corrected"
         return Hit("host_hw", "info", "host_mce_corrected")
+    if _MCE_CPU.search(line, 0, SCAN_CHARS):
+        return _mce_status(line)
     if "[Hardware Error]" in line and "severity" not in line and "events logged" not in line:
         return Hit("host_hw", "info", "host_mce_detail")  # an APEI record's body line
     return Hit("host_hw", "degraded", "host_mce")

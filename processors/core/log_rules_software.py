@@ -60,6 +60,10 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
     (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
      "nccl_ib_device_unavailable"),
     (("No device found",), "info", "nccl_ib_no_device"),
+    # no verbs library: NCCL falls back to sockets (NET/Socket), slow where IB was meant
+    (("Failed to open libibverbs",), "degraded", "nccl_ibverbs_missing"),
+    # NCCL <= 2.4's socket.h without the NCCL token: IPv6 refused, another family is tried
+    (("Socket creation failed",), "degraded", "nccl_socket_family"),
     # the host's limits, not the network: /dev/shm full or too small, memlock too low
     (("shared memory segment", "failed to extend /dev/shm", "posix_fallocate"), "fatal",
      "nccl_shm_unavailable"),
@@ -178,7 +182,10 @@ def gpu_setup(line: str) -> Hit | None:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
     if ("abric" in line or "NVML" in line or "persistenced" in line) and (
             "nv-fabricmanager" in line and "failed! Exit" in line or "has an invalid value" in line
-            or "could not load NVML" in line or "persistenced failed" in line):
+            or "could not load NVML" in line or "persistenced failed" in line
+            or "fabricmanager.service" in line and (
+                "process exited, code=exited, status=" in line and "status=0/" not in line
+                or "Failed with result" in line)):  # systemd: the fabric manager failed
         # the fabric manager, NVML or the persistence daemon did not start: no usable GPUs
         return Hit("config", "degraded", "gpu_daemon_failed")
     if ("system not yet initialized" in line or "cudaErrorSystemNotReady" in line
@@ -190,14 +197,23 @@ def gpu_setup(line: str) -> Hit | None:
 # ---- CUDA runtime errors seen by the application ------------------------------------------
 _CUDA_NVLINK = re.compile(r"(?:^|rror: |\] )CUDA error: uncorrectable NVLink")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'")
+_CUDA_ADVICE = re.compile(r"CUDA kernel errors might|For debugging consider|Compile with|"
+                          r"TORCH_USE_CUDA_DSA")
+_KERNEL_ASSERT = re.compile(r"\.cuh?:\d+: .{0,300}block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
+                            r"Assertion `")
 def cuda(line: str) -> Hit | None:
     if "CU" not in line and "cuda" not in line and "Cuda" not in line:  # CUDA, CUBLAS, CUDNN
         return None
     if "NVLink" in line and "ncorrectable" in line and _CUDA_NVLINK.search(line, 0, 4096) \
             or "NvlinkUncorrectable" in line:  # the error itself, not text quoting it
         return Hit("nvlink", "fatal", "cuda_nvlink_uncorrectable")  # hardware, not the app
-    if "TORCH_USE_CUDA_DSA" in line:  # PyTorch's advice printed after every CUDA error
-        return Hit("other", "info", "cuda_advice")
+    if "TORCH_USE_CUDA_DSA" in line:  # PyTorch's advice printed after every CUDA error;
+        # a tool that flattens the message puts the error itself before it on one line
+        m = _CUDA_ADVICE.search(line)
+        hit = cuda(line[:m.start()]) if m is not None and m.start() > 0 else None
+        return hit if hit is not None else Hit("other", "info", "cuda_advice")
+    if "Assertion `" in line and _KERNEL_ASSERT.search(line, 0, 4096):  # a kernel's assert()
+        return Hit("cuda_app_error", "fatal", "cuda_device_assert")
     if "uncorrectable ECC error" in line:
         return Hit("critical_gpu", "fatal", "cuda_ecc_uncorrectable")
     if ("out of memory" in line or "OutOfMemoryError" in line) and (
