@@ -7,7 +7,8 @@ Values are buffered per (communicator, op, seq) until every rank's value is in, 
 over the ranks:
 
 - TD(i,j,k) < α·TD(i,k): Gj arrives last and waits least, slow compute (``td_short``;
-  collectives only: a Send/Recv ends when its one peer is done, not when everyone is);
+  even collectives only: a Send/Recv ends when its one peer is done, an all-to-all's load
+  is uneven by design);
 - N(i,j,k) > β·N(i,k): Gj's work requests are slow, slow network (``n_high``); the group of
   degraded ranks is localised like RootDiag (ccl_state.localise), one rank alone names its
   NIC↔ToR link.
@@ -42,10 +43,13 @@ def _where(snap: RankSnapshot, o: OpCounters) -> str:
     return f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
 
 DETECTOR = "ccl_tdn"
-# §5.2's TD premise, an op ends at the same moment on every rank, holds for collectives. A
-# point-to-point op ends when its one peer is done: in a pipeline, the stage with the most
-# work always waits least on its Send/Recv, and was isolated host by host, then rolled back
-P2P_OPS = frozenset({"send", "recv", "sendrecv"})
+# §5.2's TD premise, an op ends at the same moment on every rank, holds for collectives
+# whose work is even. A point-to-point op ends when its one peer is done: in a pipeline, the
+# stage with the most work always waits least on its Send/Recv, and was isolated host by
+# host, then rolled back. An all-to-all carries uneven, data-dependent loads (MoE experts):
+# the hot experts' ranks arrive last by design, and ~200 GPUs were named. A slow GPU is
+# still late in its data-parallel AllReduce. N is judged for all of them.
+P2P_OPS = frozenset({"send", "recv", "sendrecv", "alltoall", "alltoallv"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +251,7 @@ class TDNDetector:
         alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
         for rule, values in (("td_short", td), ("n_high", n)):
             if rule == "td_short" and op.lower() in P2P_OPS:
-                continue  # a send/recv waits on its one peer, not on everyone
+                continue  # a send/recv waits on its one peer; an all-to-all's load is uneven
             vals = {r: v for r, v in values.items() if v > 0}
             if len(vals) < 2:
                 continue

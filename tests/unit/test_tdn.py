@@ -263,7 +263,7 @@ def test_a_host_slow_on_many_gpus_is_named_not_its_gpus(slow: int, named: int) -
 
 
 @pytest.mark.parametrize("op, named", [("Send", False), ("Recv", False), ("SendRecv", False),
-                                       ("AllReduce", True)])
+                                       ("AlltoAll", False), ("AllReduce", True)])
 def test_point_to_point_ops_are_not_held_to_the_td_rule(op: str, named: bool) -> None:
     """A pipeline's stages talk through Send/Recv, which end when the one peer is done: the
     stage with the most work always waits least. Judged like collectives, a 35 % heavier
