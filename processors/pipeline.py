@@ -12,6 +12,7 @@ same records give the same diagnoses.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,8 +160,15 @@ class InputProcessor:
             watermark = None
         skew = clock.check(rec.host, rec.ts, watermark)
         if skew:  # a lone host far ahead must not move the job's clock (and blind the rest)
-            return Outputs(rejections=[Rejection(self.kind, job, rec.host, "clock_skew", skew,
-                                                 rec.ts)])
+            notice = Rejection(self.kind, job, rec.host, "clock_skew", skew, rec.ts)
+            if watermark is None or isinstance(rec, TelemetryBatch):
+                return Outputs(rejections=[notice])
+            # its counters and lines still tell: the host reports (else it looked silent
+            # and was isolated during another host's hang), its XID still counts. They
+            # are taken at the job clock; its telemetry samples are not (no time to bin)
+            rec = dataclasses.replace(rec, ts=watermark)
+            restart.append(dataclasses.replace(
+                notice, detail=f"{skew}; taken at the job clock {watermark:.3f}"))
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now
         out = Outputs(rejections=restart)

@@ -132,3 +132,24 @@ def test_a_skewed_first_record_does_not_blind_the_decision_tree() -> None:
     diags += proc.flush("j")
     assert set(rejected) == {("clock_skew", "h2")} and len(rejected) == 61
     assert [d.kind for d in diags] == ["critical_error"]
+
+
+def test_a_skewed_hosts_ccl_records_and_lines_are_taken_at_the_job_clock() -> None:
+    """A host an hour ahead still reports: its XID is diagnosed (at the job clock) and a
+    notice says it was re-timed. Its telemetry is refused (its time bins the samples)."""
+    proc = InputProcessor("logs")
+    for i in range(30):
+        for h in ("h1", "h2", "h3"):
+            proc.handle(encode(LogRecord(h, T0 + i, "agent", "heartbeat", job="j")))
+    res = proc.handle(encode(LogRecord("h2", T0 + 3629, "kernel", XID79.replace("h1", "h2"),
+                                       job="j")))
+    assert [r.reason for r in res.rejections] == ["clock_skew"]
+    assert "taken at the job clock" in res.rejections[0].detail
+    diags = list(res.diagnoses)
+    for i in range(30, 60):
+        for h in ("h1", "h3"):
+            diags += proc.handle(encode(LogRecord(h, T0 + i, "agent", "heartbeat",
+                                                  job="j"))).diagnoses
+    diags += proc.flush("j")
+    assert [(d.kind, d.culprits.hosts) for d in diags] == [("critical_error", ("h2",))]
+    assert all(T0 + 29 <= d.event_ts <= T0 + 60 for d in diags)
