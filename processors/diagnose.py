@@ -104,6 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     rej = ", ".join(f"{k}={v}" for k, v in sorted(s.rejections.items())) or "none"
     print(f"aegis diagnose: {s.messages} messages, {s.diagnoses} diagnoses, {s.commands} commands, "
           f"{s.refusals} refusals, {s.dead_letters} dead letters, rejected samples: {rej}"
-          + (f", {s.ignored} of topics that are no input (ignored)" if s.ignored else ""),
+          + s.ignored_note(),
           file=sys.stderr)
     return 0

@@ -31,6 +31,10 @@ class EngineStats:
     refusals: int = 0
     rejections: dict[str, int] = field(default_factory=dict)
 
+    def ignored_note(self) -> str:
+        """The summary line's mention of entries no detector reads ("" when there were none)."""
+        return f", {self.ignored} of topics that are no input (ignored)" if self.ignored else ""
+
 
 class Engine:
     """Detectors → guard → sink, in one process, in the order the messages are fed."""

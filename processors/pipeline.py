@@ -149,11 +149,11 @@ class InputProcessor:
             icfg = self.config.section("input")
             clock = self._clocks[job] = JobClock(icfg.max_future_s, icfg.lone_after_s)
         watermark = self._watermark.get(job)
-        restart: list[Rejection] = []
+        notices: list[Rejection] = []  # clock_skew: a restart, a re-timed record
         skewed = clock.restarts(rec.host, rec.ts, watermark)
         if skewed is not None and watermark is not None:
             dets = self._start_over(job)
-            restart = [Rejection(self.kind, job, skewed, "clock_skew", (
+            notices = [Rejection(self.kind, job, skewed, "clock_skew", (
                 f"the job's first host set its clock to {watermark:.3f}, {watermark - rec.ts:.0f}s "
                 f"ahead of host {rec.host}: the job's detectors start over at {rec.ts:.3f}"),
                 watermark)]
@@ -167,11 +167,11 @@ class InputProcessor:
             # and was isolated during another host's hang), its XID still counts. They
             # are taken at the job clock; its telemetry samples are not (no time to bin)
             rec = dataclasses.replace(rec, ts=watermark)
-            restart.append(dataclasses.replace(
+            notices.append(dataclasses.replace(
                 notice, detail=f"{skew}; taken at the job clock {watermark:.3f}"))
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now
-        out = Outputs(rejections=restart)
+        out = Outputs(rejections=notices)
         for det in dets.values():
             out.extend(det.observe(rec))
             out.extend(det.advance(now))

@@ -302,7 +302,7 @@ def _replay_file(a: argparse.Namespace, path: str, configs: list[PipelineConfig]
     s = run.engines[what].stats
     print(f"aegis replay: {run.records} records, {s.diagnoses} diagnoses, {s.commands} commands, "
           f"{s.refusals} refusals, {s.dead_letters} dead letters"
-          + (f", {s.ignored} of topics that are no input (ignored)" if s.ignored else ""),
+          + s.ignored_note(),
           file=sys.stderr)
     code, diff = 0, None
     if a.policy:

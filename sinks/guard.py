@@ -38,12 +38,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import ConfigError
 from schemas.records import ACTIONS, Culprits, Diagnosis, IsolationCommand, diagnosis_id
 from sinks.base import GuardRefusal, SinkItem
+from sinks.guard_state import GuardState
 
 ISOLATING_ACTIONS = ("isolate_host", "isolate_gpu")
 SYSTEMIC_ACTIONS = ("rollback_update", "run_offline_diag")
@@ -111,18 +112,6 @@ def host_of(target: str) -> str:
     return target.split("/", 1)[0]
 
 
-@dataclass
-class _State:
-    seen: dict[str, float] = field(default_factory=dict)  # diagnosis id -> detected_ts
-    isolations: list[tuple[float, str, str]] = field(default_factory=list)  # sorted (ts,job,host)
-    issued: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (job,act,tgt)->ts
-    systemic: dict[str, float] = field(default_factory=dict)  # job -> ts of the last trip
-    named: dict[str, float] = field(default_factory=dict)  # job -> ts its culprit's isolation hit a cap
-    explained: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) -> config ev ts
-    watermark: float = 0.0
-    pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
-
-
 class Guard:
     """Blast-radius and rate-limit policy between detectors and remediation (pure).
 
@@ -135,7 +124,7 @@ class Guard:
         self.config = config or GuardConfig()
         self._job_hosts = job_hosts
         self._sizes: dict[str, int] = {}
-        self._s = _State()
+        self._s = GuardState()
 
     # -- job sizes ---------------------------------------------------------------------------
     def set_job_size(self, job: str, hosts: int) -> None:
@@ -375,26 +364,12 @@ class Guard:
     def _prune(self) -> None:
         """Forget what is older than ``memory_s`` behind the watermark (run every memory_s/8
         of event time, so the cost is amortised; entries that old are outside every window)."""
-        s, horizon = self._s, self._s.watermark - self.config.memory_s
-        s.pruned_at = s.watermark
-        s.seen = {k: v for k, v in s.seen.items() if v >= horizon}
-        s.isolations = [x for x in s.isolations if x[0] >= horizon]
-        s.issued = {k: v for k, v in s.issued.items() if v >= horizon}
-        s.systemic = {k: v for k, v in s.systemic.items() if v >= horizon}
-        s.named = {k: v for k, v in s.named.items() if v >= horizon}
-        s.explained = {k: v for k, v in s.explained.items() if v >= horizon}
+        self._s.prune(self._s.watermark - self.config.memory_s)
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON/msgpack-ready state (sorted, so equal states give equal snapshots)."""
-        s = self._s
-        return {"v": SNAPSHOT_VERSION, "watermark": s.watermark, "pruned_at": s.pruned_at,
-                "seen": sorted([k, v] for k, v in s.seen.items()),
-                "isolations": sorted([ts, job, h] for ts, job, h in s.isolations),
-                "issued": sorted([*k, v] for k, v in s.issued.items()),
-                "systemic": sorted([k, v] for k, v in s.systemic.items()),
-                "named": sorted([k, v] for k, v in s.named.items()),
-                "explained": sorted([*k, v] for k, v in s.explained.items()),
+        return {"v": SNAPSHOT_VERSION, **self._s.to_wire(),
                 "job_sizes": dict(sorted(self._sizes.items()))}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -402,12 +377,5 @@ class Guard:
         if state.get("v") != SNAPSHOT_VERSION:
             raise ConfigError(f"guard: snapshot version {state.get('v')!r} not supported "
                               f"(reads {SNAPSHOT_VERSION})")
-        self._s = _State(
-            seen={str(k): float(v) for k, v in state["seen"]},
-            isolations=sorted((float(ts), str(j), str(h)) for ts, j, h in state["isolations"]),
-            issued={(str(j), str(a), str(tg)): float(v) for j, a, tg, v in state["issued"]},
-            systemic={str(k): float(v) for k, v in state["systemic"]},
-            named={str(k): float(v) for k, v in state.get("named", [])},
-            explained={(str(j), str(h)): float(v) for j, h, v in state.get("explained", [])},
-            watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))
+        self._s = GuardState.from_wire(state)
         self._sizes = {str(k): int(v) for k, v in state.get("job_sizes", {}).items()}

@@ -13,6 +13,7 @@ Time is always the records' event time (epoch seconds); nothing here reads the c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -85,6 +86,18 @@ def make_diagnosis(
     return Diagnosis(id=did, job=job, kind=kind, culprits=culprits, evidence=ev,
                      confidence=round(float(confidence), 4), event_ts=float(event_ts),
                      detected_ts=float(detected_ts), detector=detector, summary=summary)
+
+
+def beyond_few(n: int, total: int, floor: int, share: float) -> bool:
+    """More than ``max(floor, share x total)``: not "a few hosts that differ" (Aegis §5.1's
+    limit) but a population of its own (a pipeline stage, a rack, a hardware mix)."""
+    return n > max(floor, share * total)
+
+
+def host_wide(slow: int, gpus: int, share: float) -> bool:
+    """At least ``max(2, share x the host's GPUs)`` of them slow together: the host is the
+    culprit, not one GPU (``share`` 0: never)."""
+    return share > 0 and slow >= max(2, math.ceil(share * gpus))
 
 
 def gpu_id(host: str, gpu: int) -> str:

@@ -27,12 +27,11 @@ Confidence grows with the number of agreeing metrics. Pure and serialisable.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from processors.core.base import link_id, local_id, make_diagnosis
+from processors.core.base import host_wide, link_id, local_id, make_diagnosis
 from schemas.inventory import Inventory
 from schemas.metrics import metrics_for
 from schemas.records import Diagnosis
@@ -199,15 +198,14 @@ class Correlator:
         """One diagnosis for a host whose GPUs are slow together (see the module doc)."""
         flags = self._devices[device]["flags"]
         first = next(iter(flags.values()))
-        if (self.host_gpus is None or self.host_rollup_share <= 0 or first.device_kind != "gpu"
+        if (self.host_gpus is None or first.device_kind != "gpu"
                 or classify("gpu", flags)[0] != "slow_compute"):
             return None
         host = first.host
         slow = sorted(dev for dev, d in self._devices.items()
                       if (f := next(iter(d["flags"].values()))).device_kind == "gpu"
                       and f.host == host and classify("gpu", d["flags"])[0] == "slow_compute")
-        need = max(2, math.ceil(self.host_rollup_share * self.host_gpus(host)))
-        if len(slow) < need:
+        if not host_wide(len(slow), self.host_gpus(host), self.host_rollup_share):
             return None
         fresh = [g for g in slow if "slow_compute" not in self._devices[g]["emitted"]]
         for g in fresh:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from processors.core import log_rules
+from processors.core.log_rules_host import HARDWARE
 from processors.core.log_rules_software import SOFTWARE
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.inventory import HostInventory, normalise_bus_id
@@ -44,8 +45,8 @@ _PEER_REMOTE = re.compile(r"(?:remote=|connect to )\[(?:::ffff:)?([^\]\s]{1,255}
 _PEER_HOST = re.compile(r"(?:to host|connect to) (\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]{0,252}):(\d{1,5})\b")
 _PEER_PAREN = re.compile(r"\[([\w.-]+)\]:(\d{1,5})")
 _RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
-_GROUPS = (*log_rules.HARDWARE, *SOFTWARE)
-_NCCL_FIRST = (*SOFTWARE, *log_rules.HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
+_GROUPS = (*HARDWARE, *SOFTWARE)
+_NCCL_FIRST = (*SOFTWARE, *HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
 _PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes (SGR) and other CSI sequences
 # how long a timed-out operation had been waiting: PyTorch's watchdog ("Timeout(ms)=600000)
@@ -131,7 +132,7 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
            policy: XidPolicy) -> LogEvent:
     pci = _bus(hit.pci)
     if pci is None and hit.category in _HOST_SIDE and hit.rule.startswith("dcgm_"):
-        pci = _bus(log_rules._first_bus(line))
+        pci = _bus(log_rules.first_bus(line))
     gpu = inv.gpu_for_bus(pci) if (inv is not None and pci) else None
     severity = hit.severity
     if hit.rule == "iommu_dma_fault" and gpu is not None:

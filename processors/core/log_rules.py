@@ -166,7 +166,10 @@ _SPEED_DOWN = re.compile(r"speed:? [\d.]+ ?gt/s \((?:downgraded|degraded)\)"
 _FROM_BUS = re.compile(r"received(?: from|:)\s+([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
 
 
-def _first_bus(line: str) -> str | None:
+_USB_HC = re.compile(r"\b(?:xhci_hcd|[eou]hci[-_](?:pci|hcd)|uhci_hcd) [0-9a-f]{4}:")  # no reason to take a host out
+
+
+def first_bus(line: str) -> str | None:
     m = _FROM_BUS.search(line, 0, SCAN_CHARS) or _BUS.search(line, 0, SCAN_CHARS)
     return m.group(1) if m else None
 
@@ -176,44 +179,44 @@ def pcie(line: str) -> Hit | None:
     if "PCIe" in line and "PCIe bandwidth" in line and "limited by" in line:
         m = _LIMITED.search(line, 0, SCAN_CHARS)
         if m and int(m.group(1)) < int(m.group(2)):
-            return Hit("pcie", "fatal", "pcie_link_width_degraded", pci=_first_bus(line))
-        return Hit("pcie", "degraded", "pcie_link_speed_degraded", pci=_first_bus(line))
+            return Hit("pcie", "fatal", "pcie_link_width_degraded", pci=first_bus(line))
+        return Hit("pcie", "degraded", "pcie_link_speed_degraded", pci=first_bus(line))
     if "graded" in line:  # lspci LnkSta "(downgraded)", "link width degraded"
         low = line.lower()
         if _WIDTH_DOWN.search(low, 0, SCAN_CHARS):
-            return Hit("pcie", "fatal", "pcie_link_width_degraded", pci=_first_bus(line))
+            return Hit("pcie", "fatal", "pcie_link_width_degraded", pci=first_bus(line))
         if _SPEED_DOWN.search(low, 0, SCAN_CHARS):
-            return Hit("pcie", "degraded", "pcie_link_speed_degraded", pci=_first_bus(line))
+            return Hit("pcie", "degraded", "pcie_link_speed_degraded", pci=first_bus(line))
     if "pciehp" in line:  # hotplug: the card behind the slot is gone, or back
         if "Link Down" in line or "Card not present" in line or "Surprise Removal" in line:
-            return Hit("pcie", "fatal", "pcie_slot_down", pci=_first_bus(line))
+            return Hit("pcie", "fatal", "pcie_slot_down", pci=first_bus(line))
         if "Link Up" in line or "Card present" in line:
-            return Hit("pcie", "info", "pcie_slot_up", pci=_first_bus(line))
+            return Hit("pcie", "info", "pcie_slot_up", pci=first_bus(line))
     if "IO_PAGE_FAULT" in line or ("DMAR" in line and "fault addr" in line):
         # a device's DMA refused by the IOMMU (AMD-Vi, Intel VT-d): integrated graphics,
         # Wi-Fi and NVMe log these at boot on healthy hosts, so info; the classifier makes it
         # degraded when the inventory says the device is one of the host's GPUs
-        return Hit("pcie", "info", "iommu_dma_fault", pci=_first_bus(line))
+        return Hit("pcie", "info", "iommu_dma_fault", pci=first_bus(line))
     if "AER" not in line and "pcieport" not in line and not ("PCIe" in line and "Bus Error" in line):
         return None
     # a USB host controller's error is no reason to take the host out of training
     usb = _USB_HC.search(line, 0, SCAN_CHARS) is not None
     if "can't recover" in line or "recovery failed" in line or "Recovery failed" in line:
         return Hit("pcie", "degraded" if usb else "fatal", "pcie_aer_unrecovered",
-                   pci=_first_bus(line))
+                   pci=first_bus(line))
     if "Uncorrect" in line:
         sev = "degraded" if usb or "Non-Fatal" in line or "NonFatal" in line else "fatal"
-        return Hit("pcie", sev, "pcie_aer_uncorrected", pci=_first_bus(line))
+        return Hit("pcie", sev, "pcie_aer_uncorrected", pci=first_bus(line))
     if "Correct" in line:
-        return Hit("pcie", "info", "pcie_aer_corrected", pci=_first_bus(line))
+        return Hit("pcie", "info", "pcie_aer_corrected", pci=first_bus(line))
     m = _AER_DETAIL.search(line[-200:])
     if m:
         name = m.group(1)
         if any(k in name for k in _AER_FATAL):
-            return Hit("pcie", "fatal", "pcie_aer_uncorrected", pci=_first_bus(line))
+            return Hit("pcie", "fatal", "pcie_aer_uncorrected", pci=first_bus(line))
         if any(k in name for k in _AER_NONFATAL):
-            return Hit("pcie", "degraded", "pcie_aer_uncorrected", pci=_first_bus(line))
-        return Hit("pcie", "info", "pcie_aer_corrected", pci=_first_bus(line))
+            return Hit("pcie", "degraded", "pcie_aer_uncorrected", pci=first_bus(line))
+        return Hit("pcie", "info", "pcie_aer_corrected", pci=first_bus(line))
     return None
 
 
@@ -260,7 +263,7 @@ def nic(line: str) -> Hit | None:
     if ("imeout" in line or "NETDEV" in line or "tx completions" in line) and (
             "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line
             or "Keep alive watchdog timeout" in line):  # the NIC stopped transmitting
-        return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=_first_bus(line),
+        return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=first_bus(line),
                    device=_tx_dev(line) or _nic_dev(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
     if mlx:
@@ -269,22 +272,22 @@ def nic(line: str) -> Hit | None:
         if "mlx5_cmd_check" in line or "mlx5_cmd_out_err" in line:  # a refused driver command
             return Hit("other", "info", "mlx5_cmd_failed")
         if "failed" in line and ("load_one" in line or "probe of" in line):  # Aegis: NIC driver error
-            return Hit("nic_or_link", "fatal", "nic_driver_error", pci=_first_bus(line))
+            return Hit("nic_or_link", "fatal", "nic_driver_error", pci=first_bus(line))
         if ("health compromised" in line or "internal error" in line or "recovery flow aborted"
                 in line or "FW fatal" in line or "fw_fatal" in line
                 or "unrecoverable hardware error" in line  # print_health_info's "synd 0x…"
                 or "Will cause a leak of a command resource" in line):  # FW stopped answering
-            return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=_first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=first_bus(line), device=_nic_dev(line))
         if "Port module event" in line:
             # an unplugged cable: its link-down line follows (an unused port logs it at boot)
             sev = "fatal" if "error" in line.lower() else "degraded" if "unplugged" in line else \
                 "info" if "plugged" in line else "degraded"
-            return Hit("nic_or_link", sev, "nic_module_event", pci=_first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", sev, "nic_module_event", pci=first_bus(line), device=_nic_dev(line))
         if "insufficient power" in line:
-            return Hit("nic_or_link", "degraded", "nic_insufficient_power", pci=_first_bus(line))
+            return Hit("nic_or_link", "degraded", "nic_insufficient_power", pci=first_bus(line))
         if ("cqe" in line or "CQE" in line or "CQ error" in line or "cq_error" in line
                 or "syndrome" in line):
-            return Hit("nic_or_link", "degraded", "nic_cqe_error", pci=_first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", "degraded", "nic_cqe_error", pci=first_bus(line), device=_nic_dev(line))
     if "ink" in line or "DOWN" in line:
         if "NCCL" in line:
             return None
@@ -294,113 +297,11 @@ def nic(line: str) -> Hit | None:
             return Hit("pcie", "info", "pcie_controller_link")  # link down): an empty slot at boot
         for s in _LINK_DOWN:
             if s in line:
-                return Hit("nic_or_link", "degraded", "nic_link_down", pci=_first_bus(line), device=_nic_dev(line))
+                return Hit("nic_or_link", "degraded", "nic_link_down", pci=first_bus(line), device=_nic_dev(line))
         for s in _LINK_UP:
             if s in line:
-                return Hit("nic_or_link", "info", "nic_link_up", pci=_first_bus(line), device=_nic_dev(line))
+                return Hit("nic_or_link", "info", "nic_link_up", pci=first_bus(line), device=_nic_dev(line))
     return None
 
 
-# ---- host CPU and memory (Aegis: CPU 13.7 %, host memory 9.1 % of failures) -------------
-_PROBE_DEV = re.compile(r"dev (?:fd|sr|loop)\d")
-_STORAGE = ("I/O error, dev ", "critical medium error", "EXT4-fs error", "XFS (",  # with "rror"
-            "EXT4-fs warning", "I/O error to superblock", "I/O Error (sct", "LustreError",
-            "Write error at byte offset", "failed due to network error")
-_STORAGE_BENIGN = ("Admin Cmd(",  # nvme-cli's unsupported identify, no data I/O
-                   "target_handle_connect", "clients in recovery")  # a Lustre server recovering
-_STORAGE_STALL = ("QID", "controller is down", "Aborting journal", "Timed out tx for",
-                  "was lost; in progress", "Request sent has timed out")  # NVMe timeouts, jbd2, LNet / Lustre client
-_USB_HC = re.compile(r"\b(?:xhci_hcd|[eou]hci[-_](?:pci|hcd)|uhci_hcd) [0-9a-f]{4}:")
-_MCE_FATAL = ("event severity: fatal", "Processor context corrupt", "Fatal machine check", "Uncorrected error",
-              "UC error", "Kernel panic - not syncing: Fatal")
-
-
-def host(line: str) -> Hit | None:
-    """Kernel reports of the host itself: EDAC memory errors, machine checks, CPU lockups,
-    hung tasks, thermal, power, panics, storage; and the OOM killer, which ends the job's
-    process (an application error). Gated on a few substrings: most lines pass none."""
-    if "rror" in line:  # EDAC, [Hardware Error], I/O / medium / EXT4-fs / XFS errors
-        if "EDAC" in line:
-            if " UE " in line or "Uncorrected" in line or "uncorrectable" in line:
-                return Hit("host_hw", "fatal", "host_memory_uncorrectable")
-            if " CE " in line or "Corrected" in line or "correctable" in line:
-                return Hit("host_hw", "info", "host_memory_corrected")
-        elif "Hardware Error" in line:
-            return _mce(line)
-        elif any(k in line for k in _STORAGE):  # checkpoints and data loading stall or fail
-            if _PROBE_DEV.search(line, 0, SCAN_CHARS):  # an empty floppy / CD / loop device
-                return Hit("other", "info", "host_storage_probe")
-            if any(k in line for k in _STORAGE_BENIGN):
-                return Hit("other", "info", "host_storage_benign")
-            return Hit("host_hw", "degraded", "host_storage_error")
-    if "achine check" in line or "achine Check" in line:
-        if "Uncorrectable Machine Check" in line or "Oops: Machine check" in line:
-            return Hit("host_hw", "fatal", "host_mce_fatal")  # a BMC's SEL, powerpc's oops
-        if _MCE_CPU.search(line, 0, SCAN_CHARS):
-            return _mce_status(line)
-        if "events logged" in line or any(k in line for k in _MCE_FATAL):
-            return _mce(line)
-        return Hit("other", "info", "host_mce_banner")  # "machine check architecture supported"
-    if "ockup" in line or "OCKUP" in line:
-        if "hard LOCKUP" in line:
-            return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
-        if "soft lockup" in line:
-            return Hit("host_hw", "degraded", "host_cpu_soft_lockup")
-    if "stall" in line and "rcu" in line and ("detected stall" in line or "self-detected" in line):
-        return Hit("host_hw", "degraded", "host_rcu_stall")
-    if "blocked for more than" in line and "task " in line:
-        return Hit("host_hw", "degraded", "host_hung_task")
-    if "emperature above threshold" in line:  # the CPU is throttled
-        return Hit("host_hw", "degraded", "host_cpu_thermal")
-    if "upply" in line and ("Power Supply Failure" in line or "power supply fail" in line
-                            or "Power Supply AC lost" in line):  # Aegis: power failures
-        return Hit("host_hw", "fatal", "host_power_failure")
-    if "panic" in line and "Kernel panic - not syncing" in line:
-        return Hit("host_hw", "fatal", "host_kernel_panic")
-    if "not responding, still trying" in line:  # NFS
-        return Hit("host_hw", "degraded", "host_storage_error")
-    if ("nvme" in line or "ourna" in line or "LNet" in line or "Lustre" in line) and (
-            "timeout, aborting" in line or any(k in line for k in _STORAGE_STALL)):
-        return Hit("host_hw", "degraded", "host_storage_error")
-    if ("emory" in line or "oom" in line or "OOM" in line or "Killed process" in line) and (
-            "Out of memory: Kill" in line or "oom-kill" in line or "oom_kill event" in line
-            or "Memory cgroup out of memory" in line or ": Out Of Memory" in line
-            or "OOMKilled" in line  # Kubernetes: the pod's container
-            or "Killed process" in line and "total-vm:" in line):  # older kernels' wording
-        return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
-    return None
-
-
-_MCE_CPU = re.compile(r"CPU \d+: Machine Check (?:Exception|Event): ")  # not mcelog's banner
-_MCE_BANK = re.compile(r"Bank \d+: ([0-9a-fA-F]{16})\b")
-
-
-def _mce_status(line: str) -> Hit:
-    """``CPU n: Machine Check Exception|Event: mcg Bank b: STATUS``: MCi_STATUS says it,
-    bit 61 UC (uncorrected), bit 57 PCC (processor context corrupt)."""
-    m = _MCE_BANK.search(line, 0, SCAN_CHARS)
-    if m is None:
-        return Hit("host_hw", "degraded", "host_mce")
-    status = int(m.group(1), 16)
-    if not status >> 61 & 1:
-        return Hit("host_hw", "info", "host_mce_corrected")
-    return Hit("host_hw", "fatal" if status >> 57 & 1 else "degraded", "host_mce")
-
-
-def _mce(line: str) -> Hit:
-    """A machine check / APEI ``[Hardware Error]`` line."""
-    if "PCIe error" in line:  # APEI reporting a PCIe error (severity on its own line)
-        return Hit("pcie", "degraded", "pcie_apei_error", pci=_first_bus(line))
-    if any(k in line for k in _MCE_FATAL):
-        return Hit("host_hw", "fatal", "host_mce_fatal")
-    low = line.lower()
-    if "corrected" in low and "uncorrected" not in low:  # "corrected by h/w", "type: corrected"
-        return Hit("host_hw", "info", "host_mce_corrected")
-    if _MCE_CPU.search(line, 0, SCAN_CHARS):
-        return _mce_status(line)
-    if "[Hardware Error]" in line and "severity" not in line and "events logged" not in line:
-        return Hit("host_hw", "info", "host_mce_detail")  # an APEI record's body line
-    return Hit("host_hw", "degraded", "host_mce")
-
-
-HARDWARE = (nvrm, dcgm, pcie, nic, host)  # the software groups: log_rules_software.SOFTWARE
+DEVICES = (nvrm, dcgm, pcie, nic)  # the host itself: log_rules_host; software: log_rules_software

@@ -22,14 +22,13 @@ incident re-arms after ``persist`` clean evaluations. Contract: processors/core/
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis
+from processors.core.base import Outputs, Rejection, gpu_id, host_wide, make_diagnosis
 from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
+from processors.core.tdn_config import NO_TD_OPS, TDNConfig
 from processors.core.tdn_host import is_victim, short_gpus, spans_hosts
 from processors.core.tdn_state import OpState, Streak
 from schemas.errors import ConfigError
@@ -43,59 +42,6 @@ def _where(snap: RankSnapshot, o: OpCounters) -> str:
     return f"comm {snap.comm} rank {snap.rank} op {o.op} seq {o.seq}"
 
 DETECTOR = "ccl_tdn"
-# §5.2's TD premise, an op ends at the same moment on every rank, holds for collectives
-# whose work is even. A point-to-point op ends when its one peer is done: in a pipeline, the
-# stage with the most work always waits least on its Send/Recv, and was isolated host by
-# host, then rolled back. An all-to-all carries uneven, data-dependent loads (MoE experts):
-# the hot experts' ranks arrive last by design, and ~200 GPUs were named. A slow GPU is
-# still late in its data-parallel AllReduce. N is judged for all of them.
-P2P_OPS = frozenset({"send", "recv", "sendrecv", "alltoall", "alltoallv"})
-
-
-@dataclass(frozen=True, slots=True)
-class TDNConfig:
-    """Parameters of the §5.2 rules; seconds of event time."""
-
-    alpha: float = 0.8  # TD(i,j,k) < alpha * TD(i,k): slow compute
-    beta: float = 1.5  # N(i,j,k) > beta * N(i,k): slow network
-    window_wrs: int = 5  # L, work requests in the plugin's N (reported in evidence)
-    persist: int = 5  # consecutive violating evaluations before a rule fires
-    persist_window_s: float = 10.0  # ... spanning at least this much event time
-    min_ranks: int = 4  # fewer ranks with a value in an iteration: not compared
-    # more ranks than this share (at least 1) short in one iteration: a mixed population
-    # (slower hardware in part of the job, uneven work), not a straggler; nobody violates
-    max_slow_share: float = 0.25
-    # ... or short ranks on more than max(max_slow_hosts, max_slow_host_share of the
-    # communicator's hosts) hosts: a stage or a rack, not a few stragglers (the guard's cap)
-    max_slow_hosts: int = 2
-    max_slow_host_share: float = 0.1
-    # at least max(2, this share of a host's GPUs) short together, none a victim: the host is
-    # named (isolate_host), not its GPUs one by one (0: never)
-    host_rollup_share: float = 0.5
-    seq_timeout_s: float = 5.0  # an incomplete iteration is evaluated after this long
-    seq_bucket: int = 1  # launches compared together: 1 = exact iterations; raise it when the
-    # plugin samples launches that are not aligned across hosts (seq // seq_bucket is the key)
-    sweep_interval_s: float = 1.0  # how often timed-out iterations are looked for
-    forget_s: float = 600.0  # a communicator with no report this long is dropped
-    max_comms: int = 65536
-    max_ops: int = 16  # collective kinds per communicator
-    max_pending_seqs: int = 32  # buffered iterations per (communicator, op); oldest dropped
-    max_peers: int = 64
-    max_links: int = 8
-
-    def __post_init__(self) -> None:
-        if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
-                or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1 \
-                or not 0 <= self.host_rollup_share <= 1 or self.max_slow_hosts < 0 \
-                or self.max_slow_host_share < 0:
-            raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
-                              "seq_bucket >= 1, 0 < max_slow_share <= 1, "
-                              "0 <= host_rollup_share <= 1, max_slow_hosts and "
-                              "max_slow_host_share >= 0")
-        if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
-                self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
-                                                  self.max_links, self.max_pending_seqs) < 1:
-            raise ConfigError("tdn: durations >= 0, sweep_interval_s > 0, limits >= 1")
 
 
 class TDNDetector:
@@ -250,7 +196,7 @@ class TDNDetector:
         cfg = self.cfg
         alpha, beta, persist = cfg.alpha, cfg.beta, cfg.persist
         for rule, values in (("td_short", td), ("n_high", n)):
-            if rule == "td_short" and op.lower() in P2P_OPS:
+            if rule == "td_short" and op.lower() in NO_TD_OPS:
                 continue  # a send/recv waits on its one peer; an all-to-all's load is uneven
             vals = {r: v for r, v in values.items() if v > 0}
             if len(vals) < 2:
@@ -304,21 +250,20 @@ class TDNDetector:
             self._join(host_key, tid, s)
             return
         gpus, short = short_gpus(self.roster, self.ops, m.host) if m.gpu >= 0 else ([], [])
-        share = self.cfg.host_rollup_share
-        host_wide = share > 0 and len(short) >= max(2, math.ceil(share * len(gpus)))
+        whole = host_wide(len(short), len(gpus), self.cfg.host_rollup_share)
         # gpu -1: the plugin could not tell which GPU; the culprit is somewhere on the host
-        gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 and not host_wide else m.host
+        gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 and not whole else m.host
         action = "isolate_gpu" if gid != m.host else "isolate_host"
-        named = [gpu_id(m.host, g) for g in short] if host_wide else [gid] if m.gpu >= 0 else []
+        named = [gpu_id(m.host, g) for g in short] if whole else [gid] if m.gpu >= 0 else []
         if self._join(f"slow_compute|{gid}", tid, s):
             ev = {"actions": [[action, gid]], "comm": comm, "op": op, "rank": rank,
                   "first_seq": s.first_seq * self.cfg.seq_bucket, "td_us": td, "td_mean_us": mean,
                   "ratio": td / mean, "alpha": self.cfg.alpha, "persist": self.cfg.persist,
                   "violations": s.count}
-            if host_wide:
+            if whole:
                 ev |= {"short_gpus": named, "host_gpus": len(gpus)}
             what = (f"{m.host} ({len(short)} of its {len(gpus)} GPUs short together)"
-                    if host_wide else gid)
+                    if whole else gid)
             out.diagnoses.append(make_diagnosis(
                 job=self.job, kind="slow_compute", detector=DETECTOR, rule="td_short",
                 event_ts=s.first_ts, detected_ts=ts, hosts=[m.host], gpus=named, evidence=ev,

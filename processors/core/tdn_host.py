@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from processors.core.base import beyond_few
 from processors.core.ccl_state import CommRoster
 from processors.core.tdn_state import OpState
 
@@ -51,6 +52,4 @@ def spans_hosts(roster: CommRoster, comm: str, ranks: list[int], max_hosts: int,
     hosts: a pipeline stage or a rack arriving last together, not a few stragglers."""
     members = roster.members.get(comm, {})
     hosts = {m.host for r in ranks if (m := members.get(r)) is not None}
-    if len(hosts) <= max_hosts:
-        return False
-    return len(hosts) > max(max_hosts, max_share * len({m.host for m in members.values()}))
+    return beyond_few(len(hosts), len({m.host for m in members.values()}), max_hosts, max_share)

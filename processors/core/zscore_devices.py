@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.base import gpu_id, local_id, nic_listed, nic_named
+from processors.core.base import beyond_few, gpu_id, local_id, nic_listed, nic_named
 from schemas.inventory import Inventory
 from schemas.metrics import Direction, metrics_for
 
@@ -111,8 +111,8 @@ class DeviceKind:
         if not len(rows):
             return rows
         host_of = np.array([d[1] for d in self.devices[:side.shape[1]]], dtype=object)
-        split = [r for r in rows if len(set(host_of[side[r]])) > max(
-            max_hosts, max_share * len(set(host_of[present[r]])))]
+        split = [r for r in rows if beyond_few(len(set(host_of[side[r]])),
+                                               len(set(host_of[present[r]])), max_hosts, max_share)]
         return np.array(split, dtype=np.intp)
 
 
