@@ -4,8 +4,8 @@ Each input topic keeps one event-time watermark per job: the newest record ``ts`
 host whose clock is wrong (an RTC a year ahead, a bad NTP step) would drag that watermark
 forward on its own, and every honest record after it would then be "late" to every
 detector. So a record more than ``max_future_s`` ahead of the job clock does not move it:
-``clock_skew`` (counted, never silent; the pipeline then takes a CCL record or log line at
-the job clock and refuses a telemetry batch) unless another host agrees on the jump, which is a
+``clock_skew`` (counted, never silent; the pipeline then takes a CCL record at the job
+clock and refuses a log line or telemetry batch) unless another host agrees on the jump, which is a
 real gap in the job's data (a pause, a restart), or unless that host keeps reporting ahead
 over ``lone_after_s`` of its own time while no other host reports at the old time (the job
 came back on fewer hosts; a burst of lines from a skewed host spans no time). A job with
