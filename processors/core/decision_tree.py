@@ -10,6 +10,8 @@ host that crashed first is not confused with the host that reported first. The p
                    isolate that host (or GPU) and restart the job; symptoms elsewhere are
                    attributed to it (71% of distributed failures are not network failures).
     AppError       the job's own CUDA error (OOM, illegal access): no isolation.
+    RestartApp     a non-fatal XID with policy action restart_job (NVIDIA's RESTART_APP) before
+                   any distributed symptom (processors.core.tree_contained): no isolation.
     DistError      distributed symptoms between exactly 2 hosts (a line names the other end):
                    isolate both.
     RootDiag       more hosts (processors.core.root_diag): the endpoint at the centre of the
@@ -35,6 +37,7 @@ from typing import Any
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
+from processors.core.tree_contained import app_ecc_follows_xid, contained_xids, restart_summary
 from processors.core.tree_events import (
     HOST_SIDE,
     HOST_WIDE,
@@ -139,7 +142,8 @@ class DecisionTree:
             self.offline_at = None
             hosts = sorted({e.host for e in self.burst if e.host_fatal})
             last = max(e.ts for e in self.burst)
-            absorb = last + self.cfg.absorb_s if d.kind in ("critical_error", "dist_error") else 0.0
+            absorb = last + self.cfg.absorb_s if d.kind in ("critical_error", "dist_error") \
+                or d.evidence.get("rule") == "restart_app" else 0.0  # its peers then time out
             culprits = sorted(set(d.culprits.hosts) | {g.split("/")[0] for g in d.culprits.gpus})
             self.incident = {"until": last + self.cfg.quiet_s, "hosts": hosts, "attached": 0,
                              "absorb_until": absorb, "culprits": culprits}
@@ -224,6 +228,7 @@ class DecisionTree:
     # ---- Algorithm 1 ----------------------------------------------------------------------
     def _judge(self, events: Sequence[TreeEvent], detected_ts: float) -> Diagnosis:
         path: list[str] = []
+        events = app_ecc_follows_xid(events)
         crit = [e for e in events if e.host_fatal]
         if crit:
             path.append("CriticalError:hit")
@@ -236,6 +241,12 @@ class DecisionTree:
                               hosts=sorted({e.host for e in app}),
                               summary=f"application error ({app[0].rule}) on "
                                       f"{len({e.host for e in app})} host(s): fix the job, no isolation")
+        contained = contained_xids(events)
+        if contained:
+            path.append("RestartApp:hit")
+            return self._make("config", "restart_app", events, contained, path,
+                              restart_actions(self.job, self.seen_hosts), detected_ts, 0.6,
+                              hosts=sorted({e.host for e in contained}), summary=restart_summary(contained))
         dist = [e for e in events if e.cat == "distributed_symptom"]
         start = min(e.ts for e in events)
         # stopped from outside before the errors began (a second of slack): they are its

@@ -21,6 +21,7 @@ from producers.sim.faults_gpu import (
     ThermalThrottle,
     Xid48,
     Xid79,
+    Xid94,
 )
 from producers.sim.faults_net import (
     ConfigError,
@@ -36,8 +37,9 @@ from producers.sim.faults_net import (
 CATALOGUE: dict[str, type[Fault]] = {c.scenario: c for c in (
     Xid79, Xid48, NVLinkError, PCIeDegradation, ECCStorm, ConnReset2Host, ConfigError,
     ComputeHang, NetworkHang, NicECN, LargePacketLoss, OpticsFlap, ThermalThrottle,
-    SlowCompute, SlowLink, GpuConnFail)}
-# what mixed mode draws from by default (gpu_conn_fail is a RootDiag case for tests only)
+    SlowCompute, SlowLink, GpuConnFail, Xid94)}  # new ones last: tests seed by position
+# what mixed mode draws from by default (gpu_conn_fail is a RootDiag case for tests only;
+# xid94, a what-if case, leaves ECC's share to xid48)
 MIXED_DEFAULT: tuple[str, ...] = tuple(s for s, c in CATALOGUE.items() if c.in_mixed)
 
 # Smallest data-parallel ring (hosts per pipeline stage) a scenario needs: a link between

@@ -42,6 +42,22 @@ class Xid48(FatalGpuFault):
         put(g, GI, "gpu_remap_pending", 1.0)
 
 
+class Xid94(FatalGpuFault):
+    """NVIDIA rates Xid 94 RESTART_APP (the error was contained to the process that hit it);
+    Aegis' default policy keeps it fatal. Not drawn by mixed mode (xid48 stands for ECC)."""
+
+    scenario, category = "xid94", "ECC"
+    summary = "contained uncorrectable ECC error (Xid 94): the process is killed, peers time out"
+    cuda_error = lt.CUDA_ECC
+    in_mixed = False
+
+    def kernel_lines(self, t: float) -> None:
+        self.ctx.log(t, self.host, "kernel", lt.xid(self.bus(), 94, lt.XID94_TEXT, self.pid()))
+
+    def gpu_symptoms(self, a: TickArrays) -> None:
+        put(a.gpu[self.host, self.gpu], GI, "gpu_remap_pending", 1.0)
+
+
 class NVLinkError(FatalGpuFault):
     scenario, category = "nvlink_error", "NVLink"
     summary = "fatal NVLink error (Xid 74) and NVLink error counters: TP comm hangs"

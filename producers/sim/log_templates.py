@@ -70,6 +70,7 @@ XID63_TEXT = "Row Remapper: New row marked for remapping, reset gpu to activate.
 XID92_TEXT = "High single-bit ECC error rate"
 # Xid 94 text: leptonai/gpud#1160 kmsg example ("... 94, pid=1234, name=python3, Contained ECC error")
 #   https://github.com/leptonai/gpud/pull/1160
+XID94_TEXT = "Contained ECC error."
 
 
 # Xid 74 text: NVIDIA/NVSentinel#516 design doc message format

@@ -1,7 +1,8 @@
 """What-if: rule changes change exactly the expected diagnoses.
 
 - XID 94 made non-fatal (an override XID policy): the critical_error on the GPU that logged
-  it disappears, and nothing else moves;
+  it disappears, and nothing else moves; on the whole simulated crash, a restart_app config
+  diagnosis restarts the job instead, and nothing is isolated;
 - a shorter Z-score window T: the slow_network on the ECN-marking NIC is detected earlier.
 """
 
@@ -153,3 +154,34 @@ def test_shorter_window_detects_slow_network_earlier(ecn_recording, tmp_path):
     everything = [x for part in ("appear", "disappear") for x in doc["diagnoses"][part]] + \
         [c["policy"] for c in doc["diagnoses"]["change"]]
     assert {x["detector"] for x in everything} == {"zscore"}  # only the Z-score detector moved
+
+
+def test_xid94_non_fatal_on_the_whole_crash_restarts_without_isolating(tmp_path) -> None:
+    """The simulated Xid 94 crash (every topic: the kernel's Xid 94, the application's `CUDA
+    error: uncorrectable ECC error`, the peers' hang and timeouts): under NVIDIA's RESTART_APP
+    the critical_error and its isolation are gone, a restart_app config diagnosis restarts the
+    job, and the CCL hang detector's isolation of that host is refused as its consequence."""
+    sim = Simulation(SimConfig(hosts=8, hosts_per_job=8, scenario="xid94", seed=4, duration_s=300))
+    (fault,) = sim.truth
+    host = fault["culprit"]["hosts"][0]
+    path = tmp_path / "x94.aegis"
+    _write(path, sim, sim.iter_encoded())
+    (tmp_path / "xid94.toml").write_text('[xid.94]\nseverity = "degraded"\naction = "restart_job"\n')
+    pol = tmp_path / "nvidia.toml"
+    pol.write_text('xid_policy = "xid94.toml"\n')
+    dj = tmp_path / "diff.json"
+    assert replay.main([str(path), "--policy", str(pol), "-o", str(tmp_path / "c.jsonl"),
+                        "--diff-json", str(dj)]) == 0
+    doc = orjson.loads(dj.read_bytes())
+    dd, cc, rr = doc["diagnoses"], doc["commands"], doc["refusals"]
+    assert [(x["kind"], x["culprits"]["hosts"]) for x in dd["disappear"]] == [("critical_error", [host])]
+    assert [(x["kind"], x["evidence"]["rule"], x["culprits"]["hosts"]) for x in dd["appear"]] == [
+        ("config", "restart_app", [host])]
+    assert dd["change"] == [] and doc["summary"]["diagnoses"]["same"] == 1  # the CCL hang
+    assert {(c["action"], c["target"]) for c in cc["disappear"]} == {
+        ("isolate_host", host), ("restart_job", fault["job"])}
+    assert [(c["action"], c["target"]) for c in cc["appear"]] == [("restart_job", fault["job"])]
+    assert [(r["action"], r["target"], r["reason"]) for r in rr["disappear"]] == [
+        ("isolate_host", host, "already_isolated")]
+    assert [(r["action"], r["target"], r["reason"]) for r in rr["appear"]] == [
+        ("isolate_host", host, "explained_by_config")]
