@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
-from processors.core.ccl_state import CommRoster, links_for, localise, tor_lookup
+from processors.core.ccl_state import (
+    CommRoster,
+    links_for,
+    localise,
+    shared_switch,
+    switch_of_most,
+    tor_lookup,
+)
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.records import CCLRecord, Diagnosis, OpCounters, RankSnapshot
@@ -44,13 +51,19 @@ class AlignmentConfig:
     max_comms: int = 65536  # communicators kept; the least recently seen is evicted
     max_peers: int = 64  # outstanding peers kept per rank
     max_links: int = 8  # links named in one hang_network diagnosis
+    # troubled ranks on this many hosts behind one ToR (most of them, and at least
+    # switch_min_share of the communicator's hosts behind it): NetDiag on the switch (0: never)
+    switch_min_hosts: int = 3
+    switch_min_share: float = 0.25
 
     def __post_init__(self) -> None:
         if self.stall_s <= 0 or self.eval_interval_s <= 0 or not 0 < self.gone_s <= self.stall_s \
                 or min(self.undecided_max_s, self.forget_s) < 0 or min(
-                self.max_comms, self.max_peers, self.max_links) < 1:
+                self.max_comms, self.max_peers, self.max_links) < 1 or \
+                self.switch_min_hosts < 0 or not 0 <= self.switch_min_share <= 1:
             raise ConfigError("alignment: stall_s, eval_interval_s > 0; 0 < gone_s <= stall_s; "
-                              "durations >= 0; max_comms, max_peers, max_links >= 1")
+                              "durations >= 0; max_comms, max_peers, max_links >= 1; "
+                              "switch_min_hosts >= 0, 0 <= switch_min_share <= 1")
 
 
 @dataclass(slots=True)
@@ -304,22 +317,39 @@ class AlignmentDetector:
     def _network(self, out: Outputs, comm: str, ranks: list[int]) -> None:
         mem, cnt = self.roster.members[comm], self.counters[comm]
         loc = localise(ranks, {r: mem[r].peers for r in ranks}, self.roster.sizes[comm])
-        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, self.cfg.max_links)
+        cfg = self.cfg
+        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, cfg.max_links)
+        switch = shared_switch(loc, self.roster, comm, self.tor_of, cfg.max_links,
+                               cfg.switch_min_hosts, cfg.switch_min_share)
+        if switch is not None:
+            links, hosts, nics = switch.links, switch.hosts, switch.nics
         if not links:
             return
         nic_of = self.tor_of.nic  # the NIC each rank's GPU uses (HostInventory.nic_for_gpu)
         outstanding = [{"rank": r, "nic": nic_of(mem[r].host, mem[r].gpu), "wr": cnt[r].wr,
                         "wc": cnt[r].wc, "peers": list(mem[r].peers)} for r in ranks[:32]]
-        ev = {"actions": [["run_netdiag", link] for link in links], "comm": comm,
-              "localised": loc.how, "suspect_nics": nics, "outstanding": outstanding,
-              "pairs": [list(p) for p in loc.pairs[:32]], "stall_s": self.cfg.stall_s}
-        self._emit(out, "network|" + ",".join(links), comm, make_diagnosis(
+        targets = [switch.tor] if switch is not None else links
+        ev = {"actions": [["run_netdiag", t] for t in targets], "comm": comm,
+              "localised": "switch" if switch is not None else loc.how, "suspect_nics": nics,
+              "outstanding": outstanding, "pairs": [list(p) for p in loc.pairs[:32]],
+              "stall_s": self.cfg.stall_s}
+        what = ", ".join(links)
+        if switch is not None:
+            ev |= {"switch": switch.tor, "switch_hosts": switch.troubled_hosts,
+                   "switch_behind": switch.behind}
+            what = (f"ToR {switch.tor} ({switch.troubled_hosts} of the communicator's "
+                    f"{switch.behind} hosts behind it hold them)")
+        key = "network|" + (switch.tor if switch is not None else ",".join(links))
+        tor = switch_of_most(loc, self.roster, comm, self.tor_of) if switch is None else None
+        if tor is not None and "network|" + tor in self.incidents:
+            key = "network|" + tor  # fewer of its hosts in another communicator: that switch
+        self._emit(out, key, comm, make_diagnosis(
             job=self.job, kind="hang_network", detector=DETECTOR, rule="wr_wc_outstanding",
             event_ts=min(cnt[r].changed_ts for r in ranks), detected_ts=self.watermark,
             hosts=hosts, links=links, evidence=ev,
             confidence={"endpoint": 0.85, "pair": 0.85, "ring": 0.7}.get(loc.how, 0.6),
             summary=f"communicator {comm} hangs inside a collective with {len(ranks)} rank(s) "
-                    f"holding uncompleted work requests; suspect {', '.join(links)}"))
+                    f"holding uncompleted work requests; suspect {what}"))
 
     def _emit(self, out: Outputs, key: str, comm: str, diag: Diagnosis | None) -> None:
         self.asserted.add(key)

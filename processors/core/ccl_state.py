@@ -6,7 +6,8 @@
 - :func:`localise` is RootDiag over a set of troubled ranks (Aegis Phase 1 RootDiag, §4.2
   "NetDiag on the sources and destinations of its outstanding requests"): the endpoint that is
   common to the troubled connections is the suspect; one pair is named as a pair.
-- :func:`links_for` turns a localisation into link culprits (``h3/nic2<->tor-r2``).
+- :func:`links_for` turns a localisation into link culprits (``h3/nic2<->tor-r2``);
+  :func:`shared_switch` names the ToR switch when scattered troubles meet at one.
 
 Plain state only; ``to_wire``/``from_wire`` give msgpack/JSON-able lists.
 """
@@ -242,6 +243,72 @@ def links_for(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicLooku
             hosts.update(m.host for m in known)
     uniq = sorted(set(links))[:max_links]
     return uniq, sorted(hosts), sorted(set(nics))
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchSuspect:
+    """A ToR switch that the troubled ranks have in common: its name, the troubled links
+    through it (at most ``max_links``), their hosts and NICs, and how many of the
+    communicator's hosts behind it are troubled."""
+
+    tor: str
+    links: list[str]
+    hosts: list[str]
+    nics: list[str]
+    troubled_hosts: int
+    behind: int
+
+
+def _top_switch(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicLookup
+                ) -> tuple[str, dict[str, Member], int] | None:
+    """The known ToR behind which most of the troubled ranks' hosts sit: (ToR, those hosts'
+    members, troubled hosts in all); None for a localisation that names one endpoint or pair."""
+    if loc.how != "scattered":
+        return None
+    members = roster.members.get(comm, {})
+    by_tor: dict[str, dict[str, Member]] = {}
+    troubled: set[str] = set()
+    for r in {*loc.suspects, *(r for p in loc.pairs for r in p)}:
+        m = members.get(r)
+        if m is None:
+            continue
+        troubled.add(m.host)
+        tor = tor_of(m.host, m.gpu)
+        if tor != "tor":
+            by_tor.setdefault(tor, {}).setdefault(m.host, m)
+    if not by_tor:
+        return None
+    tor, under = min(by_tor.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return tor, under, len(troubled)
+
+
+def shared_switch(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicLookup,
+                  max_links: int, min_hosts: int, min_share: float) -> SwitchSuspect | None:
+    """Aegis §2: rail-optimised wiring sends NIC i of every host of a pod to one ToR, so the
+    scattered troubles of many ranks behind one switch point at the switch, not at each
+    link. The ToR holding the most troubled hosts is the suspect when it holds at least
+    ``min_hosts`` of them, more than half of all troubled hosts, and at least ``min_share``
+    of the communicator's hosts behind it (two or three bad links among 32 stay links).
+    Unknown ToRs ("tor": no inventory) never count. None when no switch qualifies."""
+    top = _top_switch(loc, roster, comm, tor_of) if min_hosts >= 1 else None
+    if top is None:
+        return None
+    tor, under, troubled = top
+    behind = {m.host for m in roster.members.get(comm, {}).values()
+              if tor_of(m.host, m.gpu) == tor}
+    if len(under) < min_hosts or 2 * len(under) <= troubled or len(under) < min_share * len(behind):
+        return None
+    nics = sorted({tor_of.nic(m.host, m.gpu) for m in under.values()})
+    return SwitchSuspect(tor, [link_id(n, tor) for n in nics][:max_links], sorted(under),
+                         nics, len(under), len(behind))
+
+
+def switch_of_most(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicLookup
+                   ) -> str | None:
+    """The known ToR behind which more than half of the troubled hosts sit, if any: a
+    smaller group of the same incident as a switch already named (another op's view of it)."""
+    top = _top_switch(loc, roster, comm, tor_of)
+    return top[0] if top is not None and 2 * len(top[1]) > top[2] else None
 
 
 def bad_number(x: float) -> str:

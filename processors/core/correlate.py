@@ -22,12 +22,18 @@ the culprit: ONE ``slow_compute`` diagnosis names the host and its slow GPUs, ac
 ``isolate_host``. Per GPU, the guard would isolate the first and refuse the rest as the same
 incident, leaving the job on a host that is slow everywhere.
 
+Switch roll-up (Aegis §2: rail-optimised wiring sends NIC i of every host of a pod to one
+ToR): when NICs of at least ``switch_min_hosts`` hosts behind one ToR are ``slow_network``
+together, and they are at least ``switch_min_share`` of the job's hosts behind it, ONE
+``slow_network`` diagnosis names the switch and its links, action ``run_netdiag`` on the
+ToR; NICs behind it flagged later join it silently.
+
 Confidence grows with the number of agreeing metrics. Pure and serialisable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -144,12 +150,17 @@ class Correlator:
 
     def __init__(self, job: str, wait_s: float, inventory: Inventory | None = None,
                  host_gpus: Callable[[str], int] | None = None,
-                 host_rollup_share: float = 0.0) -> None:
+                 host_rollup_share: float = 0.0,
+                 job_hosts: Callable[[], Collection[str]] | None = None,
+                 switch_min_hosts: int = 0, switch_min_share: float = 0.0) -> None:
         self.job = job
         self.wait_s = float(wait_s)
         self.inventory = inventory
         self.host_gpus = host_gpus  # host -> how many of its GPUs are scored; None: no roll-up
         self.host_rollup_share = host_rollup_share  # 0: no roll-up
+        self.job_hosts = job_hosts  # the job's hosts seen so far; None: no switch roll-up
+        self.switch_min_hosts = switch_min_hosts  # 0: no switch roll-up
+        self.switch_min_share = switch_min_share
         self._devices: dict[str, dict[str, Any]] = {}
 
     def add(self, flag: MetricFlag) -> None:
@@ -171,7 +182,10 @@ class Correlator:
         for deadline, dev in ready:
             if self._devices[dev]["deadline"] is None:
                 continue  # named by its host's roll-up
-            diag = self._rollup(dev, deadline) or self._emit(dev, deadline)
+            if self._under_named_switch(dev):
+                continue
+            diag = (self._rollup(dev, deadline) or self._switch_rollup(dev, deadline)
+                    or self._emit(dev, deadline))
             if diag is not None:
                 out.append(diag)
         return out
@@ -230,6 +244,63 @@ class Correlator:
                     f"({', '.join(names)}) throughout {window:g}s (cross-device λ±2δ, Aegis "
                     "§5.1): the host, not one GPU")
 
+    # ---- the switch roll-up ----------------------------------------------------------------
+    def _slow_nic_tor(self, device: str) -> str | None:
+        """The known ToR of a NIC device whose flags make it ``slow_network``, else None."""
+        flags = self._devices[device]["flags"]
+        first = next(iter(flags.values()))
+        if first.device_kind != "nic" or classify("nic", flags)[0] != "slow_network":
+            return None
+        tor = tor_for(self.inventory, first.host, first.local)
+        return None if tor == "tor" else tor
+
+    def _under_named_switch(self, device: str) -> bool:
+        """A slow NIC behind a switch already named: it joins that diagnosis, silently."""
+        if self.switch_min_hosts < 1 or (tor := self._slow_nic_tor(device)) is None:
+            return False
+        mark = "switch:" + tor
+        if not any(mark in d["emitted"] for d in self._devices.values()):
+            return False
+        d = self._devices[device]
+        d["deadline"], d["new"] = None, []
+        d["emitted"] += [k for k in ("slow_network", mark) if k not in d["emitted"]]
+        return True
+
+    def _switch_rollup(self, device: str, deadline: float) -> Diagnosis | None:
+        """One diagnosis for a ToR whose NICs are slow together (see the module doc)."""
+        if self.switch_min_hosts < 1 or self.job_hosts is None or self.inventory is None:
+            return None
+        tor = self._slow_nic_tor(device)
+        if tor is None:
+            return None
+        nics = sorted(dev for dev in self._devices if self._slow_nic_tor(dev) == tor)
+        hosts = sorted({next(iter(self._devices[n]["flags"].values())).host for n in nics})
+        inv = self.inventory.hosts
+        behind = [h for h in self.job_hosts() if h in inv and tor in inv[h].tor]
+        if len(hosts) < self.switch_min_hosts or len(hosts) < self.switch_min_share * len(behind):
+            return None
+        per = {n: self._devices[n]["flags"] for n in nics}
+        support = {n: classify("nic", per[n])[1] for n in nics}
+        for n in nics:
+            d = self._devices[n]
+            d["deadline"], d["new"] = None, []
+            d["emitted"] += [k for k in ("slow_network", "switch:" + tor) if k not in d["emitted"]]
+        names = sorted({m for v in support.values() for m in v})
+        window = next(iter(per[device].values())).window_s
+        evidence = {"device": tor, "device_kind": "switch", "switch_hosts": len(hosts),
+                    "switch_behind": len(behind),
+                    "devices": {n: {"metrics": {m: per[n][m].evidence() for m in sorted(per[n])},
+                                    "agreeing": support[n]} for n in nics},
+                    "agreeing": names, "window_s": window, "actions": [["run_netdiag", tor]]}
+        return make_diagnosis(
+            job=self.job, kind="slow_network", detector=DETECTOR, rule=RULE,
+            event_ts=min(per[n][m].streak_start for n in nics for m in support[n]),
+            detected_ts=deadline, hosts=hosts, gpus=[], links=[link_id(n, tor) for n in nics],
+            evidence=evidence, confidence=confidence("slow_network", len(names)),
+            summary=f"ToR {tor}: NICs of {len(hosts)} of the job's {len(behind)} hosts behind it "
+                    f"abnormal together ({', '.join(names)}) throughout {window:g}s "
+                    "(cross-device λ±2δ, Aegis §5.1): the switch, not each link")
+
     def _diagnosis(self, kind: str, support: list[str], flags: Mapping[str, MetricFlag],
                    detected: float) -> Diagnosis:
         first = flags[support[0]]
@@ -267,8 +338,11 @@ class Correlator:
     def restore(cls, state: Mapping[str, Any], job: str, wait_s: float,
                 inventory: Inventory | None = None,
                 host_gpus: Callable[[str], int] | None = None,
-                host_rollup_share: float = 0.0) -> Correlator:
-        c = cls(job, wait_s, inventory, host_gpus, host_rollup_share)
+                host_rollup_share: float = 0.0,
+                job_hosts: Callable[[], Collection[str]] | None = None,
+                switch_min_hosts: int = 0, switch_min_share: float = 0.0) -> Correlator:
+        c = cls(job, wait_s, inventory, host_gpus, host_rollup_share, job_hosts,
+                switch_min_hosts, switch_min_share)
         for dev, d in state.items():
             flags = {f["metric"]: MetricFlag(**f) for f in d["flags"]}
             c._devices[dev] = {"flags": flags, "new": list(d["new"]), "deadline": d["deadline"],

@@ -27,7 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from processors.core.base import Outputs, Rejection, gpu_id, host_wide, make_diagnosis
-from processors.core.ccl_state import CommRoster, bad_number, links_for, localise, tor_lookup
+from processors.core.ccl_state import (
+    CommRoster,
+    bad_number,
+    links_for,
+    localise,
+    shared_switch,
+    switch_of_most,
+    tor_lookup,
+)
 from processors.core.tdn_config import NO_TD_OPS, TDNConfig
 from processors.core.tdn_host import is_victim, short_gpus, spans_hosts
 from processors.core.tdn_state import OpState, Streak
@@ -280,10 +288,18 @@ class TDNDetector:
         peers = {} if len(group) == 1 else {r: m.peers for r in group
                                             if (m := self.roster.place(comm, r)) is not None}
         loc = localise(group, peers, st.size)
-        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, self.cfg.max_links)
+        cfg = self.cfg
+        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, cfg.max_links)
+        switch = shared_switch(loc, self.roster, comm, self.tor_of, cfg.max_links,
+                               cfg.switch_min_hosts, cfg.switch_min_share)
+        if switch is not None:
+            links, hosts, nics = switch.links, switch.hosts, switch.nics
         if not links:
             return
-        key = "slow_network|" + ",".join(links)
+        key = "slow_network|" + (switch.tor if switch is not None else ",".join(links))
+        tor = switch_of_most(loc, self.roster, comm, self.tor_of) if switch is None else None
+        if tor is not None and "slow_network|" + tor in self.incidents:
+            key = "slow_network|" + tor  # fewer of its hosts seen in another op: that switch
         new = False
         for r in group:
             if not streaks[r].fired:
@@ -291,17 +307,24 @@ class TDNDetector:
         if not new:
             return
         first = min(streaks[r].first_ts for r in group)
-        ev = {"actions": [["run_netdiag", link] for link in links], "comm": comm, "op": op,
-              "localised": loc.how, "suspect_nics": nics, "degraded_ranks": group,
+        targets = [switch.tor] if switch is not None else links
+        ev = {"actions": [["run_netdiag", t] for t in targets], "comm": comm, "op": op,
+              "localised": "switch" if switch is not None else loc.how, "suspect_nics": nics,
+              "degraded_ranks": group,
               "n_us": {str(r): vals[r] for r in group if r in vals}, "n_mean_us": mean,
               "beta": self.cfg.beta, "window_wrs": self.cfg.window_wrs,
               "persist": self.cfg.persist, "pairs": [list(p) for p in loc.pairs[:32]]}
+        if switch is not None:
+            ev |= {"switch": switch.tor, "switch_hosts": switch.troubled_hosts,
+                   "switch_behind": switch.behind}
+        what = (f"ToR {switch.tor} ({switch.troubled_hosts} of the ring's {switch.behind} hosts "
+                "behind it are slow)" if switch is not None else ", ".join(links))
         out.diagnoses.append(make_diagnosis(
             job=self.job, kind="slow_network", detector=DETECTOR, rule="n_high",
             event_ts=first, detected_ts=ts, hosts=hosts, links=links, evidence=ev,
             confidence={"endpoint": 0.75, "ring": 0.65}.get(loc.how, 0.6),
             summary=f"work requests of {len(group)} rank(s) in communicator {comm} ({op}) "
-                    f"take over {self.cfg.beta}x the mean; suspect {', '.join(links)}"))
+                    f"take over {self.cfg.beta}x the mean; suspect {what}"))
 
     # ---- incidents -----------------------------------------------------------------------
     def _join(self, key: str, tid: str, s: Streak) -> bool:

@@ -45,16 +45,22 @@ class TDNConfig:
     max_pending_seqs: int = 32  # buffered iterations per (communicator, op); oldest dropped
     max_peers: int = 64
     max_links: int = 8
+    # scattered slow ranks on this many hosts behind one ToR (most of the slow hosts, and at
+    # least switch_min_share of the ring's hosts behind it): NetDiag on the switch (0: never)
+    switch_min_hosts: int = 3
+    switch_min_share: float = 0.25
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1 or self.beta <= 1 or self.min_ranks < 2 or self.persist < 1 \
                 or self.seq_bucket < 1 or not 0 < self.max_slow_share <= 1 \
                 or not 0 <= self.host_rollup_share <= 1 or self.max_slow_hosts < 0 \
-                or self.max_slow_host_share < 0:
+                or self.max_slow_host_share < 0 or self.switch_min_hosts < 0 \
+                or not 0 <= self.switch_min_share <= 1:
             raise ConfigError("tdn: need 0 < alpha < 1, beta > 1, min_ranks >= 2, persist >= 1, "
                               "seq_bucket >= 1, 0 < max_slow_share <= 1, "
                               "0 <= host_rollup_share <= 1, max_slow_hosts and "
-                              "max_slow_host_share >= 0")
+                              "max_slow_host_share >= 0, switch_min_hosts >= 0, "
+                              "0 <= switch_min_share <= 1")
         if min(self.persist_window_s, self.seq_timeout_s, self.forget_s) < 0 or \
                 self.sweep_interval_s <= 0 or min(self.max_comms, self.max_ops, self.max_peers,
                                                   self.max_links, self.max_pending_seqs) < 1:

@@ -62,6 +62,10 @@ class ZScoreConfig:
     max_outlier_share: float = 0.1
     # at least max(2, this share of a host's GPUs) slow together: the host (0: never)
     host_rollup_share: float = 0.5
+    # NICs of at least this many hosts behind one ToR slow together, and at least
+    # switch_min_share of the job's hosts behind it: the switch (0: never)
+    switch_min_hosts: int = 3
+    switch_min_share: float = 0.25
 
     def __post_init__(self) -> None:
         if not 0 < self.sub_window_s <= self.window_s or to_ms(self.sub_window_s) < 1:
@@ -70,11 +74,11 @@ class ZScoreConfig:
         if self.min_devices < 2 or self.sigma <= 0 or min(
                 self.lateness_s, self.gap_s, self.recover_s, self.correlate_wait_s,
                 self.dedup_horizon_s, self.max_future_s, self.rel_tol, self.max_abs,
-                self.max_outlier_hosts, self.max_outlier_share) < 0 or not (
-                0 <= self.host_rollup_share <= 1):
+                self.max_outlier_hosts, self.max_outlier_share, self.switch_min_hosts) < 0 \
+                or not (0 <= self.host_rollup_share <= 1 and 0 <= self.switch_min_share <= 1):
             raise ConfigError("zscore: min_devices >= 2, sigma > 0, durations, "
-                              "max_outlier_hosts and max_outlier_share >= 0, "
-                              "0 <= host_rollup_share <= 1")
+                              "max_outlier_hosts, max_outlier_share and switch_min_hosts >= 0, "
+                              "0 <= host_rollup_share, switch_min_share <= 1")
 
 
 class ZScoreDetector:
@@ -89,17 +93,21 @@ class ZScoreDetector:
         self.w_ms = to_ms(cfg.sub_window_s)
         self.t_ms = to_ms(cfg.window_s)
         self.kinds = {k: DeviceKind(k, cfg.abs_tol, inventory) for k in DEVICE_KINDS}
+        self.hosts: set[str] = set()
         self.corr = Correlator(job, cfg.correlate_wait_s, inventory,
-                               self.kinds["gpu"].per_host.__getitem__, cfg.host_rollup_share)
+                               self.kinds["gpu"].per_host.__getitem__, cfg.host_rollup_share,
+                               self._hosts_seen, cfg.switch_min_hosts, cfg.switch_min_share)
         self.max_ts: float | None = None
         self.closed_ms: int | None = None  # every sub-window ending at or before is closed
         self.open: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         self.seen: dict[int, dict[tuple[str, str], set[int]]] = {}  # start -> (host, kind) -> ts
-        self.hosts: set[str] = set()
         self.ahead: dict[str, float] = {}  # hosts reporting far ahead of the job clock
         self.unknown: set[str] = set()  # "kind/metric" already reported
 
     # ---- input -------------------------------------------------------------------------
+    def _hosts_seen(self) -> set[str]:
+        return self.hosts
+
     def observe(self, batch: TelemetryBatch) -> Outputs:
         out = Outputs()
         host, ts = batch.host, batch.ts
@@ -361,7 +369,9 @@ class ZScoreDetector:
             det.open.setdefault(s, {})[k] = det._widen(arrays, len(ks.metrics), ks.cap)
         det.seen = {s: {(h, k): set(ts) for h, k, ts in keys} for s, keys in state["seen"]}
         det.corr = Correlator.restore(state["corr"], job, det.cfg.correlate_wait_s, inventory,
-                                      det.corr.host_gpus, det.cfg.host_rollup_share)
+                                      det.corr.host_gpus, det.cfg.host_rollup_share,
+                                      det._hosts_seen, det.cfg.switch_min_hosts,
+                                      det.cfg.switch_min_share)
         return det
 
 

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-ts", type=float, default=DEFAULT_EPOCH,
                    help=f"event time of the first tick, epoch seconds; default {DEFAULT_EPOCH:.0f}")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages per job")
+    p.add_argument("--hosts-per-pod", type=int, default=32,
+                   help="hosts behind each rail's ToR switch (a pod); default 32")
     p.add_argument("--mixed-faults", type=int, default=None, help="faults in mixed mode")
     p.add_argument("--mixed-spacing", type=float, default=90.0,
                    help="seconds between mixed-mode fault starts; default 90")
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SimConfig(hosts=args.hosts, hosts_per_job=per_job, scenario=args.scenario,
                     seed=args.seed, duration_s=args.duration, start_ts=args.start_ts,
                     speed=args.speed, fault_at_s=args.fault_at, pp=args.pp,
+                    hosts_per_pod=args.hosts_per_pod,
                     mixed_faults=args.mixed_faults, mixed_spacing_s=args.mixed_spacing,
                     mixed_scenarios=(tuple(x.strip() for x in args.mixed_scenarios.split(",")
                                            if x.strip()) if args.mixed_scenarios else None),

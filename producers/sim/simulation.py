@@ -85,6 +85,8 @@ class SimConfig:
             raise ConfigError(f"hosts={self.hosts} hosts_per_job={self.hosts_per_job}: need >= 1")
         if self.duration_s < self.interval_s or self.interval_s <= 0:
             raise ConfigError(f"duration_s={self.duration_s} interval_s={self.interval_s} invalid")
+        if self.hosts_per_pod < 1:
+            raise ConfigError(f"hosts_per_pod={self.hosts_per_pod}: need >= 1")
         if self.speed < 0:
             raise ConfigError(f"speed={self.speed}: must be >= 0")
         if self.scenario not in (HEALTHY, "config_error") and not 0 <= self.fault_at_s < self.duration_s:

@@ -90,15 +90,17 @@ def test_mixed_faults_on_distinct_jobs_spaced_in_time() -> None:
 
 def test_truth_fields_for_every_scenario() -> None:
     for name in CATALOGUE:
-        sim = Simulation(SimConfig(hosts=8, hosts_per_job=4, scenario=name, duration_s=300))
+        sim = Simulation(SimConfig(hosts=8, hosts_per_job=4, scenario=name, duration_s=300,
+                                   hosts_per_pod=1 if name == "tor_degraded" else 32))
         (t,) = sim.truth
         assert set(t) >= {"fault_id", "scenario", "job", "culprit", "start_ts", "end_ts",
                           "expected_kinds", "expected_actions", "should_isolate"}
         assert set(t["culprit"]) >= {"hosts", "gpus", "nics"}
         assert t["start_ts"] <= t["end_ts"] <= sim.end_ts
         for action, target in t["expected_actions"]:
-            if action == "run_netdiag":
-                assert target in t["culprit"]["nics"]
+            if action == "run_netdiag":  # a NIC, or the switch at the end of every link
+                assert target in t["culprit"]["nics"] or t["culprit"]["links"] and all(
+                    target in link.split("<->") for link in t["culprit"]["links"])
             elif action == "isolate_gpu":
                 assert target in t["culprit"]["gpus"]
             elif action == "isolate_host":
