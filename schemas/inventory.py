@@ -38,6 +38,7 @@ class HostInventory:
     tor: tuple[str, ...] = ()  # index i = ToR switch that NIC i connects to
     rail_ips: tuple[str, ...] = ()  # index i = data-plane (RoCE) address of NIC i
     gpu_nics: tuple[int, ...] = ()  # index i = index in ``nics`` of the NIC GPU i uses
+    nic_bus_ids: tuple[str, ...] = ()  # index i = PCI bus id of NIC i, normalised
 
     def __post_init__(self) -> None:
         for g, n in enumerate(self.gpu_nics):
@@ -90,6 +91,13 @@ class HostInventory:
         n = normalise_bus_id(bus)
         return self.gpu_bus_ids.index(n) if n in self.gpu_bus_ids else None
 
+    def nic_for_bus(self, bus: str) -> int | None:
+        """Index in ``nics`` of the NIC at PCI ``bus`` (a kernel line names a NIC by its
+        bus and netdev, ``mlx5_core 0000:dc:00.0 enp220s0np0: Link down``), else None."""
+        n = normalise_bus_id(bus)
+        i = self.nic_bus_ids.index(n) if n in self.nic_bus_ids else None
+        return i if i is not None and i < len(self.nics) else None
+
 
 @dataclass(slots=True)
 class Inventory:
@@ -124,7 +132,8 @@ class Inventory:
             "hosts": [{"host": h.host, "ips": list(h.ips), "gpu_bus_ids": list(h.gpu_bus_ids),
                        "nics": list(h.nics), "tor": list(h.tor),
                        **({"rail_ips": list(h.rail_ips)} if h.rail_ips else {}),
-                       **({"gpu_nics": list(h.gpu_nics)} if h.gpu_nics else {})}
+                       **({"gpu_nics": list(h.gpu_nics)} if h.gpu_nics else {}),
+                       **({"nic_bus_ids": list(h.nic_bus_ids)} if h.nic_bus_ids else {})}
                       for h in self.hosts.values()],
             "jobs": {j: list(hs) for j, hs in self.jobs.items()},
             "ranks": {j: {str(r): [h, g] for r, (h, g) in m.items()} for j, m in self.ranks.items()},
@@ -152,9 +161,14 @@ class Inventory:
             if not isinstance(gpu_nics, list):
                 raise ValidationError("Inventory", f"{h['host']}.gpu_nics", gpu_nics,
                                       "not a list of NIC indices")
+            nic_buses = h.get("nic_bus_ids", [])
+            if not isinstance(nic_buses, list) or not all(isinstance(b, str) for b in nic_buses):
+                raise ValidationError("Inventory", f"{h['host']}.nic_bus_ids", nic_buses,
+                                      "not a list of PCI bus ids")
             inv.add_host(HostInventory(h["host"], tuple(h.get("ips", [])), buses,
                                        tuple(h.get("nics", [])), tuple(h.get("tor", [])),
-                                       tuple(h.get("rail_ips", [])), tuple(gpu_nics)))
+                                       tuple(h.get("rail_ips", [])), tuple(gpu_nics),
+                                       tuple(normalise_bus_id(b) or b for b in nic_buses)))
         inv.jobs = {j: tuple(hs) for j, hs in d.get("jobs", {}).items()}
         inv.ranks = {j: {int(r): (str(v[0]), int(v[1])) for r, v in m.items()}
                      for j, m in d.get("ranks", {}).items()}

@@ -52,7 +52,7 @@ from processors.core.tree_events import (
     via_store,
 )
 from processors.core.tree_incident import Watchdogs, absorbed, note_watchdog, torn_down
-from processors.core.tree_peers import JobPeers, one_end_at_fault, suspect_links
+from processors.core.tree_peers import JobPeers, one_end_at_fault, suspect_links, switch_of_nics
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
@@ -292,6 +292,11 @@ class DecisionTree:
                                         detected_ts)
             else:
                 path.append(f"DistError:{len(involved)}hosts")
+            sw = None if own else switch_of_nics(events, self.inventory, members, self.cfg)
+            if sw is not None:  # the NICs behind one ToR failed: the switch, not a host
+                return self._make("hang_network", "net_diag", events, dist, [*path, "NetDiag:switch"],
+                                  [["run_netdiag", sw[0]]], detected_ts, 0.6, links=sw[1][:8],
+                                  summary=f"NICs of {len(sw[1])} hosts behind ToR {sw[0]} failed")
             suspects = [own[1]] if own else sorted(
                 {e.host for e in events if e.cat in HOST_SIDE and e.sev == "degraded"})
             centre = root_of(edges, suspects, self.peers.job_hosts or frozenset(self.seen_hosts),

@@ -148,8 +148,12 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
     # the driver's or NVML's words for XID 79 take XID 79's action (isolate the host), also
     # when the Xid line comes later or never
     action = policy.lookup(79).action if hit.rule in _LOST_GPU and severity == "fatal" else "none"
+    device = hit.device
+    if hit.category == "nic_or_link" and inv is not None and pci is not None:
+        nic = inv.nic_for_bus(pci)  # the netdev (enp220s0np0) of a listed NIC: its listed name
+        device = inv.nics[nic] if nic is not None else device
     return LogEvent(hit.category, severity, hit.rule, hit.xid, pci, gpu, peer, peer_rank,
-                    rank, hit.device, action=action, waited_s=waited)
+                    rank, device, action=action, waited_s=waited)
 
 
 def _xid_event(x: int, raw_bus: str | None, line: str, policy: XidPolicy,

@@ -53,6 +53,10 @@ class DecisionTreeConfig:
     evidence_lines: int = 5
     root_min_share: float = 0.5  # RootDiag: the centre touches at least this share of edges
     config_majority: float = 0.5  # ConfigCheck: share of the job's hosts for "systemic"
+    # NetDiag on a switch: NIC faults logged by this many hosts behind one ToR, most of the
+    # hosts with NIC faults and this share of the job's hosts behind it (0: never)
+    switch_min_hosts: int = 3
+    switch_min_share: float = 0.25
     line_chars: int = 300
 
     def __post_init__(self) -> None:

@@ -10,7 +10,13 @@ from collections.abc import Set as AbstractSet
 
 from processors.core.base import link_id, nic_named
 from processors.core.root_diag import Edge
-from processors.core.tree_events import HOST_SIDE, LOCAL_HCA_RULES, TreeEvent, is_config
+from processors.core.tree_events import (
+    HOST_SIDE,
+    LOCAL_HCA_RULES,
+    DecisionTreeConfig,
+    TreeEvent,
+    is_config,
+)
 from schemas.inventory import Inventory
 
 _LOOPBACK = frozenset(("::1", "localhost", "0.0.0.0"))
@@ -106,6 +112,34 @@ def suspect_links(events: Sequence[TreeEvent], edges: Sequence[Edge],
     links |= {nic_named(inventory, e.host, e.device) if e.device else e.host
               for e in events if e.cat == "nic_or_link"}
     return sorted(links)
+
+
+def switch_of_nics(events: Sequence[TreeEvent], inventory: Inventory | None,
+                   members: AbstractSet[str], cfg: DecisionTreeConfig) -> tuple[str, list[str]] | None:
+    """Aegis §2 rail-optimised wiring: NIC i of every host of a pod meets one ToR, so NIC
+    faults (link down, port errors) logged by at least ``switch_min_hosts`` hosts behind one
+    ToR, more than half of the hosts with NIC faults and at least ``switch_min_share`` of the
+    job's hosts behind it, are that switch's: (ToR, their NIC↔ToR links), else None."""
+    min_hosts, min_share = cfg.switch_min_hosts, cfg.switch_min_share
+    if min_hosts < 1 or inventory is None:
+        return None
+    by_tor: dict[str, dict[str, str]] = {}
+    faulted: set[str] = set()
+    for e in events:
+        if e.cat != "nic_or_link" or not e.device:
+            continue
+        faulted.add(e.host)
+        hi, nic = inventory.hosts.get(e.host), nic_named(inventory, e.host, e.device)
+        idx = nic.rpartition("/nic")[2]
+        if hi is not None and idx.isdigit() and int(idx) < len(hi.tor) and hi.tor[int(idx)]:
+            by_tor.setdefault(hi.tor[int(idx)], {})[e.host] = nic
+    if not by_tor:
+        return None
+    tor, under = min(by_tor.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    behind = [h for h in members if h in inventory.hosts and tor in inventory.hosts[h].tor]
+    if len(under) < min_hosts or 2 * len(under) <= len(faulted) or len(under) < min_share * len(behind):
+        return None
+    return tor, sorted(link_id(n, tor) for n in under.values())
 
 
 def one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[str, str] | None:

@@ -32,13 +32,13 @@ from producers.sim.faults_net import (
     NicECN,
     OpticsFlap,
     SlowLink,
-    TorDegraded,
 )
+from producers.sim.faults_switch import TorDegraded, TorDown
 
 CATALOGUE: dict[str, type[Fault]] = {c.scenario: c for c in (
     Xid79, Xid48, NVLinkError, PCIeDegradation, ECCStorm, ConnReset2Host, ConfigError,
     ComputeHang, NetworkHang, NicECN, LargePacketLoss, OpticsFlap, ThermalThrottle,
-    SlowCompute, SlowLink, GpuConnFail, Xid94, TorDegraded)}  # new ones last: tests seed by position
+    SlowCompute, SlowLink, GpuConnFail, Xid94, TorDegraded, TorDown)}  # new ones last: tests seed by position
 # what mixed mode draws from by default (gpu_conn_fail is a RootDiag case for tests only;
 # xid94, a what-if case, leaves ECC's share to xid48)
 MIXED_DEFAULT: tuple[str, ...] = tuple(s for s, c in CATALOGUE.items() if c.in_mixed)
@@ -48,7 +48,7 @@ MIXED_DEFAULT: tuple[str, ...] = tuple(s for s, c in CATALOGUE.items() if c.in_m
 # stand out above β = 1.5x their ring's mean N when they are at most half of it (§5.2).
 MIN_RING: dict[str, int] = {"network_hang": 2, "conn_reset_2host": 2, "gpu_conn_fail": 3,
                             "nic_ecn": 4, "large_packet_loss": 4, "optics_flap": 4,
-                            "slow_link": 4, "tor_degraded": 4}
+                            "slow_link": 4, "tor_degraded": 4, "tor_down": 4}
 
 # Aegis §2 failure shares by component (percent). GPU = execution error + GPU memory + CUDA +
 # driver; host = CPU + host memory + power/fan + disk. Each maps to the scenarios that show

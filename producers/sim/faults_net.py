@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from processors.core.base import link_id, nic_id
 from producers.sim import log_templates as lt
 from producers.sim.fault_base import Fault, LinkFault, _next_op, hang_then_kill
 from producers.sim.state import HUNG, NI, TickArrays, put
@@ -91,54 +90,6 @@ class NicECN(SlowLinkBase):
         nic[NI["nic_retrans_per_s"]] = float(self.rng.uniform(80, 400))
         _, hosts, _, _, prev, _ = self.link_ranks()  # the sender into the congested hop
         a.nic[int(hosts[prev]), self.gpu, NI["nic_cnp_handled_per_s"]] = ecn * 0.5
-
-
-class TorDegraded(SlowLinkBase):
-    """A rail ToR switch degrades (a failing line card or buffer): every link it serves in the
-    job marks ECN and retransmits, and N is slow on the ranks whose work requests cross it
-    (Aegis §2: rail-optimised wiring sends NIC i of every host of a pod to the ToR of rail i).
-    The culprit is the switch: one NetDiag on it, no host isolated."""
-
-    scenario, category = "tor_degraded", "NIC"
-    summary = "a rail ToR switch degrades: ECN, retransmits and slow N on every link it serves"
-    in_mixed = False  # a roll-up case for tests; mixed keeps its Aegis §2 draws
-    job_slow, n_factor = 1.3, 2.5
-
-    def setup(self) -> None:
-        topo = self.ctx.topo
-        self.tor = topo.hosts[self.host].tors[self.gpu]
-        self.under = [h for h in topo.jobs[self.job].hosts if topo.hosts[h].tors[self.gpu] == self.tor]
-        ring = len(self.link_ranks()[1])
-        if 4 * len(self.under) > ring:  # more: the whole ring is slow, nobody stands out
-            raise ValueError(f"tor_degraded: the ToR serves {len(self.under)} of the job's "
-                             f"{ring} hosts; it needs at most a quarter (fewer hosts per pod: "
-                             "--hosts-per-pod)")
-
-    def after(self, a: TickArrays) -> None:
-        if a.t < self.start_ts or self.ctx.work.jobs[self.job].status == HUNG:
-            return
-        topo = self.ctx.topo
-        dp, hosts, ents, _, _, _ = self.link_ranks()
-        slow: set[int] = set()
-        for h in self.under:
-            me = topo.rank_in(dp, h, self.gpu)
-            slow.update((me, topo.comms[dp].ring_neighbours(me)[0]))
-            ecn = float(self.rng.uniform(5_000, 20_000))
-            nic = a.nic[h, self.gpu]
-            nic[NI["nic_ecn_per_s"]] = ecn
-            nic[NI["nic_cnp_sent_per_s"]] = ecn * float(self.rng.uniform(0.8, 0.95))
-            nic[NI["nic_retrans_per_s"]] = float(self.rng.uniform(80, 400))
-        for r in sorted(slow):
-            a.n[hosts[r], ents[r]] *= self.n_factor * np.exp(0.05 * self.rng.standard_normal(2))
-
-    def culprit(self) -> dict[str, list[str]]:
-        topo = self.ctx.topo
-        nics = [nic_id(topo.hosts[h].name, self.gpu) for h in self.under]
-        return {"hosts": [], "gpus": [], "nics": nics,
-                "links": [link_id(n, self.tor) for n in nics]}
-
-    def actions(self) -> list[list[str]]:
-        return [["run_netdiag", self.tor]]
 
 
 class LargePacketLoss(SlowLinkBase):

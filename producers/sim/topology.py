@@ -168,7 +168,8 @@ class Topology:
             inv.add_host(HostInventory(
                 host=h.name, ips=(h.mgmt_ip, *h.rail_ips),
                 gpu_bus_ids=tuple(gpu_bus_id(g) for g in range(GPUS_PER_HOST)),
-                nics=h.nics, tor=h.tors, rail_ips=h.rail_ips))
+                nics=h.nics, tor=h.tors, rail_ips=h.rail_ips,
+                nic_bus_ids=tuple(nic_bus_id(n) for n in range(GPUS_PER_HOST))))
         for job in self.jobs:
             inv.jobs[job.name] = tuple(self.hosts[h].name for h in job.hosts)
             inv.ranks[job.name] = {

@@ -91,7 +91,7 @@ def test_mixed_faults_on_distinct_jobs_spaced_in_time() -> None:
 def test_truth_fields_for_every_scenario() -> None:
     for name in CATALOGUE:
         sim = Simulation(SimConfig(hosts=8, hosts_per_job=4, scenario=name, duration_s=300,
-                                   hosts_per_pod=1 if name == "tor_degraded" else 32))
+                                   hosts_per_pod=1 if name.startswith("tor_") else 32))
         (t,) = sim.truth
         assert set(t) >= {"fault_id", "scenario", "job", "culprit", "start_ts", "end_ts",
                           "expected_kinds", "expected_actions", "should_isolate"}

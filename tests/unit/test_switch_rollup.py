@@ -15,13 +15,16 @@ from processors.core.ccl_state import (
     tor_lookup,
 )
 from processors.core.correlate import Correlator, MetricFlag
+from processors.core.log_classifier import classify
 from processors.core.tdn_config import TDNConfig
+from processors.core.tree_events import DecisionTreeConfig, TreeEvent
+from processors.core.tree_peers import switch_of_nics
 from processors.engine import Engine
 from processors.settings import PipelineConfig
 from producers.sim.simulation import SimConfig, Simulation
 from schemas.inventory import HostInventory, Inventory
 from schemas.records import RankSnapshot
-from schemas.topics import CCL
+from schemas.topics import CCL, LOGS, TELEMETRY
 from tests.unit.test_alignment import JOB, SynthJob, run
 
 COMM = "c0ffee0000000001"
@@ -175,3 +178,69 @@ def test_zscore_two_nics_behind_one_tor_stay_two_links() -> None:
     got = c.due(1100.0)
     assert [d.evidence["actions"] for d in got] == [
         [["run_netdiag", f"{h}/nic3<->tor-p1-r3"]] for h in hosts[16:18]]
+
+
+def test_a_netdev_line_names_the_listed_nic_by_its_pci_bus() -> None:
+    """``mlx5_core 0000:dc:00.0 enp220s0np0: Link down`` is NIC 7 when the inventory lists
+    that bus: the same name (``h/nic7``) as its ``mlx5_7: Port: 1 Link DOWN`` line."""
+    hi = HostInventory("h1", nics=tuple(f"mlx5_{i}" for i in range(8)),
+                       nic_bus_ids=tuple(f"0000:{b:02x}:00.0" for b in range(0xD5, 0xDD)))
+    assert hi.nic_for_bus("0000:DC:00.0") == 7 and hi.nic_for_bus("0000:01:00.0") is None
+    line = "mlx5_core 0000:dc:00.0 enp220s0np0: Link down"
+    assert classify(line, "kernel", host_inventory=hi).device == "mlx5_7"
+    assert classify(line, "kernel").device == "enp220s0np0"  # no inventory: as logged
+    inv = Inventory()
+    inv.add_host(hi)
+    back = Inventory.from_wire(inv.to_wire()).hosts["h1"]
+    assert back.nic_bus_ids == hi.nic_bus_ids
+
+
+def tor_down_run(topics: tuple[str, ...]) -> tuple[Simulation, Engine]:
+    sim = Simulation(SimConfig(hosts=16, hosts_per_job=16, hosts_per_pod=4, scenario="tor_down",
+                               seed=3, duration_s=300, fault_at_s=60))
+    eng = Engine(None, inventory=sim.inventory)
+    for topic, _k, _ts, value in sim.iter_encoded():
+        if topic in topics:
+            eng.feed(topic, value)
+    eng.sink.flush()
+    return sim, eng
+
+
+def test_a_dead_tor_is_named_by_the_tree_from_the_logs_alone() -> None:
+    """Its 4 hosts log their rail NIC down, their ring peers' IB errors follow: NetDiag on
+    the switch before RootDiag could pick one of the hosts."""
+    sim, eng = tor_down_run((LOGS.name,))
+    (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
+    first = eng.sink.diagnoses[0]
+    assert first.evidence["path"][-1] == "NetDiag:switch"
+    assert first.evidence["actions"] == [["run_netdiag", tor]]
+    assert not [c for c in eng.sink.commands if c.action.startswith("isolate")]
+    assert [(c.action, c.target) for c in eng.sink.commands] == [("run_netdiag", tor)]
+
+
+def test_a_dead_tor_is_named_by_the_alignment_and_once_in_all() -> None:
+    sim, ccl = tor_down_run((CCL.name,))
+    (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
+    assert [(d.kind, d.evidence["actions"]) for d in ccl.sink.diagnoses] == [
+        ("hang_network", [["run_netdiag", tor]])]
+    _, both = tor_down_run((LOGS.name, CCL.name, TELEMETRY.name))
+    assert [(c.action, c.target) for c in both.sink.commands] == [("run_netdiag", tor)]
+
+
+def test_the_tree_names_a_switch_only_for_three_hosts_or_more() -> None:
+    """Two hosts with NIC faults behind one ToR are two links (switch_min_hosts 3)."""
+    inv = Inventory()
+    for h in ("a", "b", "c", "d"):
+        inv.add_host(HostInventory(h, nics=("mlx5_0",), tor=("tor-1",)))
+
+    def down(host: str) -> TreeEvent:
+        return TreeEvent(1.0, host, "nic_or_link", "degraded", "nic_link_down", None, None,
+                         None, None, None, "mlx5_0", "none", "")
+
+    cfg, job = DecisionTreeConfig(), {"a", "b", "c", "d"}
+    assert switch_of_nics([down("a"), down("b")], inv, job, cfg) is None
+    assert switch_of_nics([down(h) for h in "abc"], inv, job, cfg) == (
+        "tor-1", ["a/nic0<->tor-1", "b/nic0<->tor-1", "c/nic0<->tor-1"])
+    assert switch_of_nics([down(h) for h in "abc"], None, job, cfg) is None
+    off = DecisionTreeConfig(switch_min_hosts=0)
+    assert switch_of_nics([down(h) for h in "abc"], inv, job, off) is None
