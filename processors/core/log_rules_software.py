@@ -55,8 +55,9 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
      "nccl_message_truncated"),
     (("neither AF_INET", "no socket interface found", "No socket interface found"), "fatal",
      "nccl_socket_config"),
-    (("ibv_modify_qp failed", "ibv_create_qp failed", "ibv_create_cq failed"), "fatal",
-     "nccl_ib_qp_setup"),
+    # perftest, UCX and UCCL word a failed QP state change as "Failed to modify QP to RTR"
+    (("ibv_modify_qp failed", "ibv_create_qp failed", "ibv_create_cq failed",
+      "modify QP to RTR", "modify QP to RTS", "modify QP to INIT"), "fatal", "nccl_ib_qp_setup"),
     (("Unable to open device", "ibv_open_device failed", "could not open"), "degraded",
      "nccl_ib_device_unavailable"),
     (("No device found",), "info", "nccl_ib_no_device"),
@@ -120,7 +121,7 @@ def nccl(line: str) -> Hit | None:
     """NCCL WARN lines, the NCCL errors PyTorch raises, NCCL's socket layer, and the same
     failures from Gloo and the c10d store."""
     is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "NET/OFI" in line
-               or "Message truncated" in line)
+               or "Message truncated" in line or "uccl" in line or "UCCL" in line)
     torch_dist = False
     if not is_nccl:
         if not ("ocket" in line or "tore" in line or "istributed" in line or "Dist" in line

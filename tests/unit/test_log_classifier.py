@@ -124,6 +124,12 @@ def test_nvlink5_line_says_its_own_severity() -> None:
      "address=0xcff49550 flags=0x0070]", ("pcie", "info", "iommu_dma_fault", None, "0000:01:00.0")),
     ("kernel: [   17.982217] mlx5_core 0000:41:00.0: print_health_info:458:(pid 0): synd 0x8: "
      "unrecoverable hardware error", ("nic_or_link", "fatal", "nic_fw_fatal", None, "0000:41:00.0")),
+    # audit 5: a QP state change that failed, as perftest and UCCL word it; NCCL's own form
+    # wins over the errno it quotes ("Connection timed out" is not the job's timeout)
+    ("[2026-03-02 10:11:12] uccl/rdma_io.cc:412 Failed to modify QP to RTR",
+     ("config", "fatal", "nccl_ib_qp_setup", None, None)),
+    ("x:1:2 [0] transport/net_ib.cc:740 NCCL WARN NET/IB : Failed to modify QP to RTR: "
+     "Connection timed out", ("config", "fatal", "nccl_ib_qp_setup", None, None)),
 ])
 def test_audited_formats_fields(line: str, want: tuple) -> None:
     e = classify(line)
