@@ -69,6 +69,10 @@ class GuardConfig:
     # OOM kill, app error, termination) with evidence within this of it is its consequence
     consequence_kinds: tuple[str, ...] = ("hang_compute", "hang_network", "dist_error")
     explained_s: float = 600.0
+    # hosts a diagnosis shows down (evidence "hosts_down": no line, no agent heartbeat) may be
+    # isolated past the job's blast radius, and do not count towards it: they do no work
+    # isolated or not (a rack's power). The cluster rate limit still holds.
+    down_hosts_past_cap: bool = True
 
     def __post_init__(self) -> None:
         if not (0 <= self.job_isolation_pct <= 100) or not math.isfinite(self.job_isolation_pct):
@@ -80,6 +84,9 @@ class GuardConfig:
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ConfigError(f"guard: {name}={v!r} must be a finite number >= 0")
+        if not isinstance(self.down_hosts_past_cap, bool):
+            raise ConfigError(f"guard: down_hosts_past_cap={self.down_hosts_past_cap!r}: "
+                              "true or false")
         if self.systemic_action not in SYSTEMIC_ACTIONS:
             raise ConfigError(f"guard: systemic_action={self.systemic_action!r} "
                               f"not one of {list(SYSTEMIC_ACTIONS)}")
@@ -189,9 +196,12 @@ class Guard:
                         raised.append(raised_cmd[0])
                         commands.append(raised_cmd[1])
             else:
+                down = self._down(d)
                 for a, tgt in isolations:
                     if self._issue(d, t, a, tgt, commands, refuse):
                         bisect.insort(s.isolations, (t, d.job, host_of(tgt)))
+                        if host_of(tgt) in down:
+                            s.down[(d.job, host_of(tgt))] = t
         isolated_now = any(c.action in ISOLATING_ACTIONS for c in commands)
         for a, tgt in others:
             if a == "run_offline_diag" and self._localised(d.job, t):
@@ -285,7 +295,8 @@ class Guard:
         cfg = self.config
         wanted = {host_of(tgt) for _, tgt in isolations}
         job_hosts = {h for _, job, h in self._isolations_near(t, cfg.window_s) if job == d.job}
-        new = wanted - job_hosts
+        job_hosts -= {h for (job, h) in self._s.down if job == d.job}
+        new = wanted - job_hosts - self._down(d)
         size = self.job_size(d.job)
         cap = cfg.job_cap(size)
         if len(job_hosts) + len(new) > cap:
@@ -300,6 +311,13 @@ class Guard:
                 f"{len(cluster)} host(s) isolated cluster-wide within {cfg.cluster_window_s:g}s "
                 f"and {len(new_c)} more requested, over the limit of {cfg.cluster_max_isolations}")
         return None
+
+    def _down(self, d: Diagnosis) -> set[str]:
+        """The hosts the diagnosis shows down, when the policy lets them past the cap."""
+        v = d.evidence.get("hosts_down") if isinstance(d.evidence, Mapping) else None
+        if not self.config.down_hosts_past_cap or not isinstance(v, list | tuple):
+            return set()
+        return {h for h in v if isinstance(h, str)}
 
     def _isolations_near(self, t: float, window: float) -> list[tuple[float, str, str]]:
         """Accepted isolations with |ts - t| < window (the list is kept sorted by ts)."""

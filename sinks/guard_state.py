@@ -16,6 +16,7 @@ class GuardState:
     systemic: dict[str, float] = field(default_factory=dict)  # job -> ts of the last trip
     named: dict[str, float] = field(default_factory=dict)  # job -> ts its culprit's isolation hit a cap
     explained: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) -> config ev ts
+    down: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) isolated while dark -> ts
     watermark: float = 0.0
     pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
 
@@ -28,6 +29,7 @@ class GuardState:
         self.systemic = {k: v for k, v in self.systemic.items() if v >= horizon}
         self.named = {k: v for k, v in self.named.items() if v >= horizon}
         self.explained = {k: v for k, v in self.explained.items() if v >= horizon}
+        self.down = {k: v for k, v in self.down.items() if v >= horizon}
 
     def to_wire(self) -> dict[str, Any]:
         return {"watermark": self.watermark, "pruned_at": self.pruned_at,
@@ -36,7 +38,8 @@ class GuardState:
                 "issued": sorted([*k, v] for k, v in self.issued.items()),
                 "systemic": sorted([k, v] for k, v in self.systemic.items()),
                 "named": sorted([k, v] for k, v in self.named.items()),
-                "explained": sorted([*k, v] for k, v in self.explained.items())}
+                "explained": sorted([*k, v] for k, v in self.explained.items()),
+                "down": sorted([*k, v] for k, v in self.down.items())}
 
     @classmethod
     def from_wire(cls, state: Mapping[str, Any]) -> GuardState:
@@ -47,4 +50,5 @@ class GuardState:
             systemic={str(k): float(v) for k, v in state["systemic"]},
             named={str(k): float(v) for k, v in state.get("named", [])},
             explained={(str(j), str(h)): float(v) for j, h, v in state.get("explained", [])},
+            down={(str(j), str(h)): float(v) for j, h, v in state.get("down", [])},
             watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))

@@ -52,6 +52,7 @@ from processors.core.tree_events import (
     via_store,
 )
 from processors.core.tree_incident import Watchdogs, absorbed, note_watchdog, torn_down
+from processors.core.tree_liveness import Liveness, explained_by_dark
 from processors.core.tree_peers import JobPeers, one_end_at_fault, suspect_links, switch_of_nics
 from processors.core.xid_policy import XidPolicy, default_policy
 from schemas.errors import ConfigError
@@ -83,6 +84,7 @@ class DecisionTree:
         self.offline_at: float | None = None  # a held burst (_hold_until) is judged then
         self.watchdogs: Watchdogs = {}  # the job's recent timeout lines (teardowns)
         self.peers = JobPeers(job, inventory, self.seen_hosts)
+        self.liveness = Liveness()  # agents' heartbeats: which hosts went dark
 
     # ---- contract ------------------------------------------------------------------------
     def observe(self, record: LogRecord) -> Outputs:
@@ -100,6 +102,7 @@ class DecisionTree:
         out.extend(self.advance(ts))
         if len(self.seen_hosts) < 65536:
             self.seen_hosts.add(record.host)
+        self.liveness.note(record.host, ts, record.source, record.line)
         inv = self.inventory.hosts.get(record.host) if self.inventory else None
         e = classify(record.line, record.source, inv, self.policy)
         if e.rule == "job_terminated":
@@ -169,7 +172,8 @@ class DecisionTree:
                 "incident": dict(self.incident) if self.incident else None,
                 "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
                 "offline_at": self.offline_at,
-                "watchdogs": {h: list(w) for h, w in self.watchdogs.items()}}
+                "watchdogs": {h: list(w) for h, w in self.watchdogs.items()},
+                "liveness": self.liveness.snapshot()}
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
@@ -190,6 +194,7 @@ class DecisionTree:
         off = state.get("offline_at")
         t.offline_at = float(off) if off is not None else None
         t.watchdogs = {str(h): [float(x) for x in w] for h, w in state.get("watchdogs", {}).items()}
+        t.liveness = Liveness.restore(state.get("liveness"))
         term = state.get("terminated")
         t.terminated = [float(term[0]), float(term[1])] if term else None
         return t
@@ -292,6 +297,16 @@ class DecisionTree:
                                         detected_ts)
             else:
                 path.append(f"DistError:{len(involved)}hosts")
+            dark = [] if own else self.liveness.dark(detected_ts, members or self.seen_hosts,
+                                                     self.cfg.dark_s, self.cfg.dark_recent_s)
+            if explained_by_dark(edges, dark):  # hosts down together: their live peers name some
+                acts = [["isolate_host", h] for h in dark] + restart_actions(self.job, self.seen_hosts)
+                key = [e for e in dist if e.host in dark or self.peers.host_of(e)[0] in dark]
+                return self._make("dist_error", "root_diag", events, key, [*path, "RootDiag:dark_hosts"],
+                                  acts, detected_ts, 0.8, hosts=dark, hosts_down=dark,
+                                  last_heard={h: self.liveness.heard[h] for h in dark},
+                                  summary=f"{', '.join(dark)} went dark (no line, no agent "
+                                          "heartbeat) and the failed connections touch them")
             sw = None if own else switch_of_nics(events, self.inventory, members, self.cfg)
             if sw is not None:  # the NICs behind one ToR failed: the switch, not a host
                 return self._make("hang_network", "net_diag", events, dist, [*path, "NetDiag:switch"],

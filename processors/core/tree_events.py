@@ -57,6 +57,11 @@ class DecisionTreeConfig:
     # hosts with NIC faults and this share of the job's hosts behind it (0: never)
     switch_min_hosts: int = 3
     switch_min_share: float = 0.25
+    # a host whose agent was heard beating and then wrote nothing for max(dark_s, 3 beats),
+    # within dark_recent_s of the verdict, is down; failed connections that all touch such
+    # hosts name every one of them (RootDiag:dark_hosts; 0: off)
+    dark_s: float = 15.0
+    dark_recent_s: float = 300.0
     line_chars: int = 300
 
     def __post_init__(self) -> None:

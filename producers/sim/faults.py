@@ -23,6 +23,7 @@ from producers.sim.faults_gpu import (
     Xid79,
     Xid94,
 )
+from producers.sim.faults_host import HostDown, RackPowerLoss
 from producers.sim.faults_net import (
     ConfigError,
     ConnReset2Host,
@@ -38,7 +39,7 @@ from producers.sim.faults_switch import TorDegraded, TorDown
 CATALOGUE: dict[str, type[Fault]] = {c.scenario: c for c in (
     Xid79, Xid48, NVLinkError, PCIeDegradation, ECCStorm, ConnReset2Host, ConfigError,
     ComputeHang, NetworkHang, NicECN, LargePacketLoss, OpticsFlap, ThermalThrottle,
-    SlowCompute, SlowLink, GpuConnFail, Xid94, TorDegraded, TorDown)}  # new ones last: tests seed by position
+    SlowCompute, SlowLink, GpuConnFail, Xid94, TorDegraded, TorDown, HostDown, RackPowerLoss)}  # new ones last: tests seed by position
 # what mixed mode draws from by default (gpu_conn_fail is a RootDiag case for tests only;
 # xid94, a what-if case, leaves ECC's share to xid48)
 MIXED_DEFAULT: tuple[str, ...] = tuple(s for s, c in CATALOGUE.items() if c.in_mixed)

@@ -2,9 +2,10 @@
 
 Every host's agent sends ``LogRecord(source="agent", line="aegis-agent heartbeat seq=<n>")``
 every ``period_s`` (seq from 1), so the logs topic's event time advances while a job is
-quiet: the decision tree judges its settle window on log event time. None of the simulated
-faults kills an agent (a GPU that fell off the bus does not), so every host keeps heartbeating
-for the whole run. Hosts' phases are staggered deterministically (golden-ratio offsets).
+quiet: the decision tree judges its settle window on log event time, and a host that stops
+beating is dark (processors/core/tree_liveness.py). Only host_down and rack_power_loss stop an
+agent (a GPU that fell off the bus does not): their hosts' lines, heartbeats included, are
+dropped from the fault's start (LogQueue.go_dark). Hosts' phases are staggered deterministically (golden-ratio offsets).
 """
 
 from __future__ import annotations

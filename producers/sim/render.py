@@ -94,7 +94,9 @@ class Renderer:
                                  a.gpu.transpose(0, 2, 1).reshape(H, -1),
                                  a.nic.transpose(0, 2, 1).reshape(H, -1), a.host], axis=1)
         keys = self.keys
-        out = [(TELEMETRY, keys[h], t, b) for h, b in enumerate(self.telemetry.pack(floats))]
+        dark = a.dark
+        out = [(TELEMETRY, keys[h], t, b) for h, b in enumerate(self.telemetry.pack(floats))
+               if h not in dark]
         out.extend(self._render_ccl(a))
         return out
 

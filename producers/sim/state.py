@@ -74,6 +74,7 @@ class TickArrays:
     ccl_hosts: np.ndarray  # (H,) bool: emit a CCL record for this host
     pending: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     dropped: dict[int, set[int]] = field(default_factory=dict)  # host -> entries not reported
+    dark: set[int] = field(default_factory=set)  # hosts powered off: no telemetry, no CCL
 
     def irregular(self) -> set[int]:
         """Hosts whose CCL record cannot use the fixed layout this tick."""
@@ -94,6 +95,11 @@ class LogQueue:
     def __init__(self) -> None:
         self._heap: list[LogLine] = []
         self._seq = 0
+        self.dark: dict[int, float] = {}  # host -> event time it lost power: no lines after
+
+    def go_dark(self, host: int, ts: float) -> None:
+        """``host`` writes no line (agent heartbeats included) from ``ts`` on."""
+        self.dark[host] = min(ts, self.dark.get(host, ts))
 
     def add(self, ts: float, host: int, source: str, line: str) -> None:
         heapq.heappush(self._heap, LogLine(ts, self._seq, host, source, line))
@@ -102,8 +108,11 @@ class LogQueue:
     def pop_before(self, ts: float) -> list[LogLine]:
         out = []
         heap = self._heap
+        dark = self.dark
         while heap and heap[0][0] < ts:
-            out.append(heapq.heappop(heap))
+            ll = heapq.heappop(heap)
+            if not dark or ll.host not in dark or ll.ts < dark[ll.host]:
+                out.append(ll)
         return out
 
     def __len__(self) -> int:

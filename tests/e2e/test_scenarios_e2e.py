@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 ALL = [s for s in SCENARIOS if s not in (MIXED,)]
 # a ToR must serve at most a quarter of its job's ring to be seen at all: 4 pods of 4 hosts
 SIZES: dict[str, dict[str, int]] = {s: {"hosts": 16, "hosts_per_job": 16, "hosts_per_pod": 4}
-                                    for s in ("tor_degraded", "tor_down")}
+                                    for s in ("tor_degraded", "tor_down", "rack_power_loss")}
 
 
 def test_every_scenario_end_to_end(kafka_bootstrap, redis_url, uid, tmp_path):
