@@ -23,7 +23,7 @@ import numpy as np
 from processors.core.base import Outputs, Rejection, local_id
 from processors.core.correlate import DETECTOR, Correlator, MetricFlag
 from processors.core.windows import closable_until_ms, starts_within, to_ms, window_start_ms
-from processors.core.zscore_devices import DeviceKind
+from processors.core.zscore_devices import DeviceKind, device_name
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.metrics import DEVICE_KINDS
@@ -92,7 +92,10 @@ class ZScoreDetector:
         self.cfg = cfg = config if config is not None else ZScoreConfig()
         self.w_ms = to_ms(cfg.sub_window_s)
         self.t_ms = to_ms(cfg.window_s)
-        self.kinds = {k: DeviceKind(k, cfg.abs_tol, inventory) for k in DEVICE_KINDS}
+        ranks = inventory.ranks.get(job) if inventory is not None else None
+        ranked = frozenset(ranks.values()) if ranks else None  # (host, gpu) holding a rank
+        self.ranked_hosts = frozenset(h for h, _ in ranked) if ranked else None
+        self.kinds = {k: DeviceKind(k, cfg.abs_tol, inventory, ranked) for k in DEVICE_KINDS}
         self.hosts: set[str] = set()
         self.corr = Correlator(job, cfg.correlate_wait_s, inventory,
                                self.kinds["gpu"].per_host.__getitem__, cfg.host_rollup_share,
@@ -115,6 +118,10 @@ class ZScoreDetector:
             return self._reject(out, host, "wrong_job", f"batch for job {batch.job}", ts)
         if not math.isfinite(ts):
             return self._reject(out, host, "not_finite", f"event time {ts!r}", 0.0)
+        if self.ranked_hosts is not None and host not in self.ranked_hosts:
+            self._once(out, host, f"{host}/*", "no_rank", ts, f"holds no rank of job {self.job} "
+                       "in the inventory (a spare, a host leaving): not scored")
+            return out  # idle beside the job, it is no peer of the ranks' hosts
         if self.max_ts is not None and ts > self.max_ts + self.cfg.max_future_s:
             self.ahead[host] = ts
             if len(self.ahead) < min(2, len(self.hosts | {host})):
@@ -175,8 +182,12 @@ class ZScoreDetector:
         for m in unknown:
             self._once(out, host, f"{ks.kind}/{m}", "unknown_metric", ts)
         for i in unlisted:
-            self._once(out, host, f"{host}/{local_id(host, i)}", "unlisted_nic", ts,
-                       "is not one of the host's rail NICs in the inventory: not scored")
+            if ks.kind == "nic":
+                self._once(out, host, f"{host}/{local_id(host, i)}", "unlisted_nic", ts,
+                           "is not one of the host's rail NICs in the inventory: not scored")
+            else:
+                self._once(out, host, device_name(host, ks.kind, i, False), "no_rank", ts,
+                           f"holds no rank of job {self.job} in the inventory: not scored")
         if not known or not len(slots):
             return
         try:

@@ -31,9 +31,11 @@ class DeviceKind:
     """Per device kind: the slot map, the metric rows and the per-device streak state."""
 
     def __init__(self, kind: str, abs_tol: Mapping[str, float],
-                 inventory: Inventory | None = None) -> None:
+                 inventory: Inventory | None = None,
+                 ranked: frozenset[tuple[str, int]] | None = None) -> None:
         self.kind = kind
         self.inventory = inventory  # names NICs by their index in the host's ``nics``
+        self.ranked = ranked  # the job's (host, gpu) holding a rank; None: not known
         self.metrics = metrics_for(kind)
         self.row = {m.name: i for i, m in enumerate(self.metrics)}
         d = [m.direction for m in self.metrics]
@@ -81,8 +83,7 @@ class DeviceKind:
         key = (host, ids)
         if key not in self._slots_cache:
             unique = len(set(ids)) == len(ids)
-            kept = [c for c, i in enumerate(ids)
-                    if self.kind != "nic" or nic_listed(self.inventory, host, i)]
+            kept = [c for c, i in enumerate(ids) if self._scored(host, i)]
             slots = np.array([self.add_device(host, ids[c], len(ids) == 1) for c in kept],
                              dtype=np.intp) if unique else None
             self._slots_cache[key] = None if slots is None else (
@@ -90,6 +91,17 @@ class DeviceKind:
                 None if len(kept) == len(ids) else np.array(kept, dtype=np.intp),
                 [i for c, i in enumerate(ids) if c not in kept])
         return self._slots_cache[key]
+
+    def _scored(self, host: str, local: str) -> bool:
+        """A NIC the inventory lists among the host's rails; a GPU holding one of the job's
+        ranks (a job using 4 of 8 GPUs leaves 4 idle: no peers of the busy ones)."""
+        if self.kind == "nic":
+            return nic_listed(self.inventory, host, local)
+        if self.kind != "gpu" or self.ranked is None:
+            return True
+        name = device_name(host, "gpu", local, False)
+        digits = name.rpartition("/gpu")[2]
+        return not digits.isdigit() or (host, int(digits)) in self.ranked
 
     def rows_for(self, names: tuple[str, ...]) -> tuple[Any, ...]:
         """``(rows, selector, counter column, known names, unknown names)`` of metric names."""
