@@ -85,6 +85,7 @@ class DecisionTree:
         self.watchdogs: Watchdogs = {}  # the job's recent timeout lines (teardowns)
         self.peers = JobPeers(job, inventory, self.seen_hosts)
         self.liveness = Liveness()  # agents' heartbeats: which hosts went dark
+        self._dark_due: float | None = None  # set by _judge: a failed peer missed its beat
 
     # ---- contract ------------------------------------------------------------------------
     def observe(self, record: LogRecord) -> Outputs:
@@ -233,6 +234,7 @@ class DecisionTree:
     # ---- Algorithm 1 ----------------------------------------------------------------------
     def _judge(self, events: Sequence[TreeEvent], detected_ts: float) -> Diagnosis:
         path: list[str] = []
+        self._dark_due = None
         events = app_ecc_follows_xid(events)
         crit = [e for e in events if e.host_fatal]
         if crit:
@@ -299,6 +301,9 @@ class DecisionTree:
                 path.append(f"DistError:{len(involved)}hosts")
             dark = [] if own else self.liveness.dark(detected_ts, members or self.seen_hosts,
                                                      self.cfg.dark_s, self.cfg.dark_recent_s)
+            if not own:
+                self._dark_due = self.liveness.due(detected_ts, {h for _, a, b in edges for h in
+                                                                 (a[0], b[0])}, self.cfg.dark_s)
             if explained_by_dark(edges, dark):  # hosts down together: their live peers name some
                 acts = [["isolate_host", h] for h in dark] + restart_actions(self.job, self.seen_hosts)
                 key = [e for e in dist if e.host in dark or self.peers.host_of(e)[0] in dark]
@@ -377,7 +382,13 @@ class DecisionTree:
         had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
         on errors between 2 hosts (isolate both, or the end with a fault of its own) and the
         silent-host verdict (a peer that has not reported *yet* is not silent) until
-        ``pair_settle_s``."""
+        ``pair_settle_s``; any verdict on failed connections to a host whose agent missed its
+        beat until that host is dark or beats again (:mod:`processors.core.tree_liveness`)."""
+        if self._dark_due is not None:  # a failed peer missed its beat: wait till it is dark
+            return max(self._dark_due, self._hold_until_rule(d, start) or 0.0)
+        return self._hold_until_rule(d, start)
+
+    def _hold_until_rule(self, d: Diagnosis, start: float) -> float | None:
         rule = d.evidence.get("rule")
         if rule == "offline_diag":
             return start + self.cfg.settle_s + self.cfg.offline_wait_s

@@ -53,6 +53,16 @@ class Liveness:
                       if max(dark_s, 3 * self.beat[h][1]) < at - self.heard[h] <= recent_s)
         return dark if 2 * len(dark) < len(beating) else []
 
+    def due(self, at: float, hosts: Collection[str], dark_s: float) -> float | None:
+        """When the latest of ``hosts`` that missed a beat at ``at`` (silent for more than
+        1.5 periods) but is not dark yet would be: a verdict on connections to a host that
+        lost power seconds ago waits for it. None when none is late (or ``dark_s`` is 0)."""
+        if dark_s <= 0:
+            return None
+        due = [self.heard[h] + max(dark_s, 3 * self.beat[h][1]) for h in hosts if h in self.beat
+               and 1.5 * self.beat[h][1] < at - self.heard[h] <= max(dark_s, 3 * self.beat[h][1])]
+        return max(due) + 1e-3 if due else None
+
     def snapshot(self) -> dict[str, Any]:
         return {"heard": dict(sorted(self.heard.items())),
                 "beat": {h: list(b) for h, b in sorted(self.beat.items())}}

@@ -30,14 +30,15 @@ def beats(hosts: range, until: float, dark: dict[int, float], period: float = 5.
 
 
 def rack_down(n: int = 16, down: tuple[int, ...] = (8, 9, 10, 11), at: float = 100.0,
-              heartbeats: bool = True) -> list[LogRecord]:
+              heartbeats: bool = True, errors_at: float = 120.0) -> list[LogRecord]:
     """``down`` lose power at ``at``; their live ring neighbours' IB errors name the ends."""
     dark = dict.fromkeys(down, at)
     recs = beats(range(n), 160.0, dark) if heartbeats else []
     lo, hi = min(down), max(down)
     for g in range(8):
-        recs.append(rec(120.0 + 0.01 * g, f"h{lo - 1:02d}", ib_completion(ip(lo, g)), "nccl"))
-        recs.append(rec(120.2 + 0.01 * g, f"h{hi + 1:02d}", ib_completion(ip(hi, g)), "nccl"))
+        recs.append(rec(errors_at + 0.01 * g, f"h{lo - 1:02d}", ib_completion(ip(lo, g)), "nccl"))
+        recs.append(rec(errors_at + 0.2 + 0.01 * g, f"h{hi + 1:02d}", ib_completion(ip(hi, g)),
+                        "nccl"))
     return recs
 
 
@@ -50,6 +51,25 @@ def test_a_rack_gone_dark_is_named_whole_in_one_diagnosis() -> None:
     assert [a for a in d.evidence["actions"] if a[0] == "isolate_host"] == [
         ["isolate_host", f"h{h:02d}"] for h in (8, 9, 10, 11)]
     assert all(96.0 <= t < 100.0 for t in d.evidence["last_heard"].values())
+
+
+def test_errors_soon_after_the_power_loss_wait_until_the_hosts_are_dark() -> None:
+    """NCCL's IB retries give up ~8 s after the loss: at the 5 s settle two of the four have
+    missed beats but are not dark yet (15 s); the verdict waits until they are."""
+    tree = DecisionTree(JOB, inventory=inventory(16))
+    [d] = run(tree, rack_down(errors_at=108.0), until=160.0)
+    assert d.evidence["path"][-1] == "RootDiag:dark_hosts"
+    assert list(d.culprits.hosts) == ["h08", "h09", "h10", "h11"]
+    assert 113.0 < d.detected_ts < 114.0
+
+
+def test_a_crashed_host_whose_agent_still_beats_is_judged_without_waiting() -> None:
+    recs = beats(range(16), 160.0, {})
+    recs += [rec(108.0 + 0.1 * h, f"h{h:02d}", ib_completion(ip(8, h % 8)), "nccl") for h in (7, 9)]
+    tree = DecisionTree(JOB, inventory=inventory(16))
+    [d] = run(tree, recs, until=160.0)
+    assert d.evidence["path"][-1] == "RootDiag:hit" and list(d.culprits.hosts) == ["h08"]
+    assert d.detected_ts == pytest.approx(108.7 + 5.0)  # the settle, no wait
 
 
 def test_without_heartbeats_the_tree_falls_back_to_the_links() -> None:
