@@ -301,3 +301,9 @@ def hang_then_kill(fault: Any, t: float) -> None:
         js.hang(fault.start_ts)
     if t >= fault.dead_ts:
         js.kill(fault.dead_ts)
+
+
+def slow_job(fault: Any, t: float) -> None:
+    """From the fault's start its job's iterations take ``fault.job_slow`` times longer."""
+    if t >= fault.start_ts:
+        fault.ctx.work.jobs[fault.job].slow *= fault.job_slow

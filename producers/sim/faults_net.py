@@ -7,7 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from producers.sim import log_templates as lt
-from producers.sim.fault_base import Fault, LinkFault, _next_op, hang_then_kill
+from producers.sim.fault_base import Fault, LinkFault, _next_op, hang_then_kill, slow_job
 from producers.sim.state import HUNG, NI, TickArrays, put
 from producers.sim.topology import GPUS_PER_HOST, netdev_name, nic_bus_id
 
@@ -53,8 +53,7 @@ class SlowLinkBase(LinkFault):
     job_slow, n_factor = 1.12, 2.3
 
     def before(self, t: float) -> None:
-        if t >= self.start_ts:
-            self.ctx.work.jobs[self.job].slow *= self.job_slow
+        slow_job(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts or self.ctx.work.jobs[self.job].status == HUNG:

@@ -8,7 +8,7 @@ import numpy as np
 
 from processors.core.base import link_id, nic_id
 from producers.sim import log_templates as lt
-from producers.sim.fault_base import LinkFault, _next_op, hang_then_kill
+from producers.sim.fault_base import LinkFault, _next_op, hang_then_kill, slow_job
 from producers.sim.state import HUNG, NI, TickArrays
 from producers.sim.topology import netdev_name, nic_bus_id
 
@@ -62,8 +62,7 @@ class TorDegraded(SwitchFault):
         self.behind()
 
     def before(self, t: float) -> None:
-        if t >= self.start_ts:
-            self.ctx.work.jobs[self.job].slow *= self.job_slow
+        slow_job(self, t)
 
     def after(self, a: TickArrays) -> None:
         if a.t < self.start_ts or self.ctx.work.jobs[self.job].status == HUNG:
