@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple
 from typing import Any
 
+from processors.core import tree_state
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
@@ -51,16 +51,14 @@ from processors.core.tree_events import (
     tree_event,
     via_store,
 )
-from processors.core.tree_incident import Watchdogs, absorbed, note_watchdog, torn_down
+from processors.core.tree_incident import Watchdogs, absorbed, hold_until, note_watchdog, torn_down
 from processors.core.tree_liveness import Liveness, explained_by_dark
 from processors.core.tree_peers import JobPeers, one_end_at_fault, suspect_links, switch_of_nics
 from processors.core.xid_policy import XidPolicy, default_policy
-from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.records import Diagnosis, LogRecord
 
 DETECTOR = "decision_tree"
-STATE_VERSION = 1
 
 class DecisionTree:
     """One job's Phase 1 detector: ``observe(LogRecord)``, ``advance(now)``, ``snapshot()``."""
@@ -81,7 +79,7 @@ class DecisionTree:
         # [first, last] "the job was stopped from outside" lines of the latest shutdown (lines
         # under quiet_s apart belong to one: each host's agent logs its own)
         self.terminated: list[float] | None = None
-        self.offline_at: float | None = None  # a held burst (_hold_until) is judged then
+        self.offline_at: float | None = None  # a held burst (hold_until) is judged then
         self.watchdogs: Watchdogs = {}  # the job's recent timeout lines (teardowns)
         self.peers = JobPeers(job, inventory, self.seen_hosts)
         self.liveness = Liveness()  # agents' heartbeats: which hosts went dark
@@ -137,7 +135,7 @@ class DecisionTree:
                 return out  # held: for Phase 2, for the rest of a pair's peers, for a new trigger
             at = self.offline_at if self.offline_at is not None else start + self.cfg.settle_s
             d = self._judge(self.burst, at)
-            hold = self._hold_until(d, start)
+            hold = hold_until(d, start, self.cfg, len(self.peers.members), self._dark_due)
             if hold is not None and at < hold:
                 self.offline_at = hold
                 if self.watermark < hold:
@@ -167,37 +165,13 @@ class DecisionTree:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        return {"v": STATE_VERSION, "watermark": self.watermark,
-                "burst": [list(astuple(e)) for e in self.burst],
-                "recent": [list(astuple(e)) for e in self.recent],
-                "incident": dict(self.incident) if self.incident else None,
-                "seen_hosts": sorted(self.seen_hosts), "terminated": self.terminated,
-                "offline_at": self.offline_at,
-                "watchdogs": {h: list(w) for h, w in self.watchdogs.items()},
-                "liveness": self.liveness.snapshot()}
+        return tree_state.to_wire(self)
 
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: DecisionTreeConfig | None = None,
                 inventory: Inventory | None = None, policy: XidPolicy | None = None) -> DecisionTree:
-        if state.get("v") != STATE_VERSION:
-            raise ConfigError(f"decision tree state for job {job}: version {state.get('v')!r} "
-                              f"not readable (reads {STATE_VERSION})")
         t = cls(job, config, inventory, policy)
-        t.watermark = float(state["watermark"])
-        t.burst = [TreeEvent(*e) for e in state.get("burst", [])]
-        t.recent = [TreeEvent(*e) for e in state.get("recent", [])]
-        inc = state.get("incident")
-        t.incident = ({"until": float(inc["until"]), "hosts": list(inc["hosts"]),
-                       "attached": int(inc["attached"]),
-                       "absorb_until": float(inc.get("absorb_until", 0.0)),
-                       "culprits": list(inc.get("culprits", inc["hosts"]))} if inc else None)
-        t.seen_hosts.update(state.get("seen_hosts", []))  # the set JobPeers shares
-        off = state.get("offline_at")
-        t.offline_at = float(off) if off is not None else None
-        t.watchdogs = {str(h): [float(x) for x in w] for h, w in state.get("watchdogs", {}).items()}
-        t.liveness = Liveness.restore(state.get("liveness"))
-        term = state.get("terminated")
-        t.terminated = [float(term[0]), float(term[1])] if term else None
+        tree_state.load(t, state, job)
         return t
 
     # ---- bursts ---------------------------------------------------------------------------
@@ -299,11 +273,12 @@ class DecisionTree:
                                         detected_ts)
             else:
                 path.append(f"DistError:{len(involved)}hosts")
-            dark = [] if own else self.liveness.dark(detected_ts, members or self.seen_hosts,
-                                                     self.cfg.dark_s, self.cfg.dark_recent_s)
-            if not own:
-                self._dark_due = self.liveness.due(detected_ts, {h for _, a, b in edges for h in
-                                                                 (a[0], b[0])}, self.cfg.dark_s)
+            dark: list[str] = []
+            if edges and not own:
+                lv, ends = self.liveness, {h for _, a, b in edges for h in (a[0], b[0])}
+                dark = lv.dark(detected_ts, members or self.seen_hosts, self.cfg.dark_s,
+                               self.cfg.dark_recent_s)
+                self._dark_due = lv.due(detected_ts, ends, self.cfg.dark_s)
             if explained_by_dark(edges, dark):  # hosts down together: their live peers name some
                 acts = [["isolate_host", h] for h in dark] + restart_actions(self.job, self.seen_hosts)
                 key = [e for e in dist if e.host in dark or self.peers.host_of(e)[0] in dark]
@@ -376,27 +351,6 @@ class DecisionTree:
                           0.95, hosts=hosts, gpus=gpus, attributed=others,
                           summary=f"{what} on {', '.join(where)}; {others} distributed "
                                   f"symptom(s) elsewhere attributed to it")
-
-    def _hold_until(self, d: Diagnosis, start: float) -> float | None:
-        """When a verdict waits for more evidence: OfflineDiag, the last resort, until Phase 2
-        had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
-        on errors between 2 hosts (isolate both, or the end with a fault of its own) and the
-        silent-host verdict (a peer that has not reported *yet* is not silent) until
-        ``pair_settle_s``; any verdict on failed connections to a host whose agent missed its
-        beat until that host is dark or beats again (:mod:`processors.core.tree_liveness`)."""
-        if self._dark_due is not None:  # a failed peer missed its beat: wait till it is dark
-            return max(self._dark_due, self._hold_until_rule(d, start) or 0.0)
-        return self._hold_until_rule(d, start)
-
-    def _hold_until_rule(self, d: Diagnosis, start: float) -> float | None:
-        rule = d.evidence.get("rule")
-        if rule == "offline_diag":
-            return start + self.cfg.settle_s + self.cfg.offline_wait_s
-        if len(self.peers.members) > 2 and any(
-                str(p).startswith(("DistError:2hosts", "RootDiag:silent_host"))
-                for p in d.evidence.get("path", ())):
-            return start + max(self.cfg.settle_s, self.cfg.pair_settle_s)
-        return None
 
     def _config(self, events: Sequence[TreeEvent], config: list[TreeEvent], path: list[str],
                 detected_ts: float) -> Diagnosis:

@@ -14,7 +14,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from processors.core.tree_events import TreeEvent, names_peer
+from processors.core.tree_events import DecisionTreeConfig, TreeEvent, names_peer
+from schemas.records import Diagnosis
 
 # host -> the whole seconds of its recent watchdog timeout lines, ascending
 Watchdogs = dict[str, list[float]]
@@ -68,3 +69,20 @@ def absorbed(ev: TreeEvent, inc: dict[str, Any] | None, watchdogs: Watchdogs,
     return (inc is not None and ev.cat == "distributed_symptom" and not ev.host_fatal
             and ev.ts <= inc.get("absorb_until", 0.0)
             and (touches(ev, inc, host_of) or torn_down(ev, watchdogs, teardown_s, host_of)))
+
+
+def hold_until(d: Diagnosis, start: float, cfg: DecisionTreeConfig, members: int,
+               dark_due: float | None) -> float | None:
+    """When a verdict waits for more evidence: OfflineDiag, the last resort, until Phase 2
+    had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
+    on errors between 2 hosts (isolate both, or the end with a fault of its own) and the
+    silent-host verdict (a peer that has not reported *yet* is not silent) until
+    ``pair_settle_s``; any verdict on failed connections to a host whose agent missed its
+    beat until that host is dark or beats again (``dark_due``, :mod:`tree_liveness`)."""
+    holds = [] if dark_due is None else [dark_due]
+    if d.evidence.get("rule") == "offline_diag":
+        holds.append(start + cfg.settle_s + cfg.offline_wait_s)
+    elif members > 2 and any(str(p).startswith(("DistError:2hosts", "RootDiag:silent_host"))
+                             for p in d.evidence.get("path", ())):
+        holds.append(start + max(cfg.settle_s, cfg.pair_settle_s))
+    return max(holds) if holds else None

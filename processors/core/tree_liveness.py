@@ -49,8 +49,7 @@ class Liveness:
         beating = [h for h in pool if h in self.beat]
         if len(beating) < 3:
             return []
-        dark = sorted(h for h in beating
-                      if max(dark_s, 3 * self.beat[h][1]) < at - self.heard[h] <= recent_s)
+        dark = sorted(h for h in beating if self._limit(h, dark_s) < at - self.heard[h] <= recent_s)
         return dark if 2 * len(dark) < len(beating) else []
 
     def due(self, at: float, hosts: Collection[str], dark_s: float) -> float | None:
@@ -59,9 +58,13 @@ class Liveness:
         lost power seconds ago waits for it. None when none is late (or ``dark_s`` is 0)."""
         if dark_s <= 0:
             return None
-        due = [self.heard[h] + max(dark_s, 3 * self.beat[h][1]) for h in hosts if h in self.beat
-               and 1.5 * self.beat[h][1] < at - self.heard[h] <= max(dark_s, 3 * self.beat[h][1])]
+        due = [self.heard[h] + self._limit(h, dark_s) for h in hosts if h in self.beat
+               and 1.5 * self.beat[h][1] < at - self.heard[h] <= self._limit(h, dark_s)]
         return max(due) + 1e-3 if due else None
+
+    def _limit(self, host: str, dark_s: float) -> float:
+        """How long a beating host may be silent before it is dark: max(dark_s, 3 beats)."""
+        return max(dark_s, 3 * self.beat[host][1])
 
     def snapshot(self) -> dict[str, Any]:
         return {"heard": dict(sorted(self.heard.items())),

@@ -13,7 +13,7 @@ import numpy as np
 
 from processors.core.base import gpu_id
 from producers.sim.fault_base import Fault, _next_op, hang_then_kill
-from producers.sim.state import HUNG, TickArrays
+from producers.sim.state import TickArrays
 from producers.sim.topology import GPUS_PER_HOST
 
 
@@ -50,11 +50,8 @@ class HostDown(Fault):
             return
         a.dark.update(self.down)
         a.ccl_hosts[self.down] = False
-        if self.ctx.work.jobs[self.job].status != HUNG:
+        if not self.hung(a):  # its watchdog lines: the dark hosts write none
             return
-        if not getattr(self, "_watchdog_scheduled", False):
-            self._watchdog_scheduled = True
-            self.schedule_watchdog(self.start_ts + self.ctx.watchdog_s)  # dark hosts write none
         for c in self._comms:  # the live ranks launched the next op and wait in it
             hosts, ents = self.ctx.slots(c)
             live = ~np.isin(hosts, self.down)
