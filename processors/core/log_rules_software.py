@@ -78,6 +78,9 @@ _IB_PORT = re.compile(r"\b([A-Za-z][\w-]{0,15}?\d)(?::\d+)? (?:Got async|async f
 # GPUDirect RDMA (NVIDIA/nccl#928): a failed connection whose cause is the reporter's own
 # configuration (the tree's ConfigCheck, once RootDiag finds no root)
 _IB_LOCAL_PROT = re.compile(r"with (?:error|status=?) ?4\b")
+# NCCL >= 2.23 ends a failed completion with the local HCA: "... remoteGids::ffff:10.0.0.2 hca
+# mlx5_3" (mlx5_bond_0, irdma0, bnxt_re1, rocep1s0f0): the reporter's NIC, not the peer's
+_HCA = re.compile(r" hca ([A-Za-z][\w.-]{0,31})")
 _IB_PORT_EVENTS = ("GID table change", "port active", "LID change", "SM change")  # reconfiguration
 _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> cat, sev, rule
     (("unhandled cuda error", "ncclUnhandledCudaError", "Cuda failure"), "cuda_app_error", "fatal",
@@ -155,8 +158,10 @@ def nccl(line: str) -> Hit | None:
         return Hit("other", "info", "nccl_benign_warn")
     if ("frame #" in line or "Exception raised from" in line) and _STACK.search(line, 0, 96):
         return None  # a stack line under the error, not the error (docs: stay other)
+    hca = _HCA.search(line, 0, 4096) if " hca " in line else None
+    dev = hca.group(1) if hca else None
     if "NET/IB" in line and "ompletion" in line and _IB_LOCAL_PROT.search(line):
-        return Hit("distributed_symptom", "fatal", "nccl_ib_local_protection_error")
+        return Hit("distributed_symptom", "fatal", "nccl_ib_local_protection_error", device=dev)
     for keys, cat, sev, rule in _DIST_RULES:
         for k in keys:
             if k in line:
@@ -167,7 +172,7 @@ def nccl(line: str) -> Hit | None:
                 if (torch_dist or is_nccl) and (_GLOG_WARNING.search(line, 0, 64)
                                                 or _GLOG_WARNING_FRAMED.search(line, 0, 200)):
                     sev = "degraded"  # PyTorch logs retries as warnings; the error comes later
-                return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:])
+                return Hit(cat, sev, rule if is_nccl else "dist_" + rule[5:], device=dev)
     if is_nccl and ("NCCL WARN" in line or "NCCL error" in line):
         return Hit("distributed_symptom", "degraded", "nccl_warn")
     return None
@@ -238,4 +243,17 @@ def cuda(line: str) -> Hit | None:
     return None
 
 
-SOFTWARE = (termination, torch_watchdog, nccl, gpu_setup, cuda)
+# ---- torchrun's summary of a worker that exited -------------------------------------------
+def torch_elastic(line: str) -> Hit | None:
+    """torchrun's report that a worker exited: ``ChildFailedError`` and its agent's ``failed
+    (exitcode: -6) local_rank: 3 (pid: …)``. Named so analysts see what the line is, but
+    ``info``: the worker's own error (XID, NCCL, CUDA) came before it and is the evidence;
+    runs last, so a line that quotes such an error is classified by it."""
+    if "ChildFailedError" in line:
+        return Hit("other", "info", "torch_elastic_child_failed")
+    if "failed (exitcode" in line and "local_rank" in line:
+        return Hit("other", "info", "torch_elastic_worker_failed")
+    return None
+
+
+SOFTWARE = (termination, torch_watchdog, nccl, gpu_setup, cuda, torch_elastic)

@@ -130,6 +130,15 @@ def test_nvlink5_line_says_its_own_severity() -> None:
      ("config", "fatal", "nccl_ib_qp_setup", None, None)),
     ("x:1:2 [0] transport/net_ib.cc:740 NCCL WARN NET/IB : Failed to modify QP to RTR: "
      "Connection timed out", ("config", "fatal", "nccl_ib_qp_setup", None, None)),
+    # NCCL >= 2.23 names the reporter's HCA at the end of a failed completion
+    ("n1:3468:3905 [4] transport/net_ib.cc:1615 NCCL WARN NET/IB : Got completion from peer "
+     "10.0.0.12<54862> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid "
+     "::ffff:10.0.0.11 remoteGids::ffff:10.0.0.12 hca mlx5_3",
+     ("distributed_symptom", "fatal", "nccl_ib_completion_error", "mlx5_3", None)),
+    ("n1:3468:3905 [4] NCCL WARN NET/IB/GIN: Got completion from peer 10.0.0.12<54862> with "
+     "status=4 opcode=0 len=0 vendor err 81 (Recv) localGid ::ffff:10.0.0.11 remoteGids"
+     "::ffff:10.0.0.12 hca mlx5_bond_0",
+     ("distributed_symptom", "fatal", "nccl_ib_local_protection_error", "mlx5_bond_0", None)),
 ])
 def test_audited_formats_fields(line: str, want: tuple) -> None:
     e = classify(line)
@@ -283,3 +292,19 @@ def test_an_iommu_fault_is_degraded_only_on_one_of_the_hosts_gpus() -> None:
 ])
 def test_a_stop_from_outside_is_recognised(line: str, rule: str) -> None:
     assert classify(line).rule == rule
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+     "torch_elastic_child_failed"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 3 "
+     "(pid: 1234) of binary: /usr/bin/python3", "torch_elastic_worker_failed"),
+    # a flattened traceback that quotes the worker's own error is classified by that error
+    ("ChildFailedError: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error", "nccl_system_error"),
+])
+def test_torchrun_summaries_are_named_but_not_evidence(line: str, rule: str) -> None:
+    e = classify(line)
+    assert e.rule == rule
+    if rule.startswith("torch_elastic"):
+        assert (e.category, e.severity) == ("other", "info")
