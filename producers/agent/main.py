@@ -149,7 +149,7 @@ def run_once(a: argparse.Namespace) -> int:
                "telemetry": batch.to_wire() if batch else None,
                "extras": agent.last_extras, "logs": logs, "ccl": ccl,
                "inventory": {"gpus": gpu.inventory() if hasattr(gpu, "inventory") else [],
-                             "nics": rdma.nic_names()},
+                             "nics": rdma.nic_names(), "nic_bus_ids": rdma.nic_bus_ids()},
                "notices": notices.history}
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()

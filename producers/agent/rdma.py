@@ -28,6 +28,7 @@ from pathlib import Path
 
 from producers.agent.collector import Notices, Partial
 from producers.agent.rates import RateTracker
+from schemas.inventory import normalise_bus_id
 
 # metric -> (counter files summed, scale). Files are "counters/x" or "hw_counters/x".
 RATE_METRICS: dict[str, tuple[tuple[str, ...], float]] = {
@@ -96,6 +97,20 @@ class RdmaCollector:
         """NIC id → ``device/port``, for the inventory and the --once output."""
         return {self.nic_id(i): f"{d}/{p}" for (d, p), i in sorted(self.index.items(),
                                                                      key=lambda kv: kv[1])}
+
+    def nic_bus_ids(self) -> list[str]:
+        """PCI bus id of NIC i, in NIC order, for the inventory's ``nic_bus_ids``: the
+        function ``<class>/infiniband/<dev>/device`` links to (``../../../0000:3b:00.0``),
+        normalised like the GPUs'. ``""`` where there is none: a software device (rxe, siw)
+        or an unreadable link; the kernel's netdev lines cannot be matched to that NIC."""
+        out: list[str] = []
+        for (dev, _), _i in sorted(self.index.items(), key=lambda kv: kv[1]):
+            try:
+                target = os.readlink(self.base / dev / "device")
+            except OSError:
+                target = ""
+            out.append(normalise_bus_id(os.path.basename(target.rstrip("/"))) or "")
+        return out
 
     def nic_id(self, i: int) -> str:
         return f"{self.host}/nic{i}"

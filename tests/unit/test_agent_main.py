@@ -167,6 +167,7 @@ def test_once_without_nvml_prints_json_and_exits_0() -> None:
     assert nic.values["nic_link_up"] == (1.0,) * 8 and nic.values["nic_tx_bps"] == (0.0,) * 8
     assert "host_mem_used_pct" in batch.devices["host"].values
     assert out["inventory"]["nics"]["h0017/nic0"] == "mlx5_0/1"
+    assert out["inventory"]["nic_bus_ids"] == [""] * 8  # the fixture has no device links
     assert any(n.startswith("NVML not available") for n in out["notices"])
 
 

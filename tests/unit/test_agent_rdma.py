@@ -10,6 +10,7 @@ import pytest
 from producers.agent.collector import Notices
 from producers.agent.rates import U32, U64
 from producers.agent.rdma import RdmaCollector, natural_key, parse_state
+from schemas.inventory import Inventory
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sysfs"
 
@@ -179,3 +180,18 @@ def test_a_64_bit_data_counter_passing_2_32_minus_1_is_not_saturated(sysfs: Path
     bump(sysfs, "mlx5_2", "counters/port_xmit_data", U32 + 10)
     assert c.collect(2.0).devices["nic"]["h01/nic2"]["nic_tx_bps"] == 20.0
     assert not any("saturated" in h for h in notices.history)
+
+
+def test_nic_bus_ids_follow_the_device_links_in_nic_order(sysfs: Path) -> None:
+    # real sysfs: /sys/class/infiniband/mlx5_0/device -> ../../../0000:3b:00.0; a software
+    # device (rxe) or a missing link gives "", so the list still lines up with the NICs
+    ib = sysfs / "class" / "infiniband"
+    (ib / "mlx5_7" / "device").symlink_to("../../../0000:DC:00.1")
+    (ib / "mlx5_6" / "device").symlink_to("../../../0000:3b:00.0/")
+    c, _ = collector(sysfs, nics=["mlx5_7", "mlx5_6", "mlx5_5"])
+    c.collect(1.0)
+    assert c.nic_bus_ids() == ["0000:dc:00.1", "0000:3b:00.0", ""]
+    inv = Inventory.from_wire({"hosts": [{"host": "h01", "nics": ["mlx5_7", "mlx5_6", "mlx5_5"],
+                                          "nic_bus_ids": c.nic_bus_ids()}]})
+    assert inv.hosts["h01"].nic_for_bus("0000:dc:00.1") == 0
+    assert inv.hosts["h01"].nic_for_bus("3b:00.0") == 1
