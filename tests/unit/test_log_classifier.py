@@ -299,6 +299,9 @@ def test_a_stop_from_outside_is_recognised(line: str, rule: str) -> None:
      "torch_elastic_child_failed"),
     ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 3 "
      "(pid: 1234) of binary: /usr/bin/python3", "torch_elastic_worker_failed"),
+    ("  exitcode  : -6 (pid: 12345)", "torch_elastic_worker_failed"),  # its Root Cause block
+    ("  traceback : Signal 6 (SIGABRT) received by PID 12345", "torch_elastic_worker_failed"),
+    ("  rank      : 3 (local_rank: 3)", "unmatched"),
     # a flattened traceback that quotes the worker's own error is classified by that error
     ("ChildFailedError: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
      "unhandled system error", "nccl_system_error"),
