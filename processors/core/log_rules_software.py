@@ -246,16 +246,15 @@ def cuda(line: str) -> Hit | None:
 # ---- torchrun's summary of a worker that exited -------------------------------------------
 def torch_elastic(line: str) -> Hit | None:
     """torchrun's report that a worker exited: ``ChildFailedError``, its agent's ``failed
-    (exitcode: -6) local_rank: 3 (pid: …)`` and the Root Cause block's exitcode and signal. Named so analysts see what the line is, but
-    ``info``: the worker's own error (XID, NCCL, CUDA) came before it and is the evidence;
-    runs last, so a line that quotes such an error is classified by it."""
+    (exitcode: -6) local_rank: 3 (pid: …)`` and its Root Cause block (``exitcode  : -6 (pid:
+    …)``, ``traceback : Signal 6 (SIGABRT) received by PID …``). Named so analysts see what
+    the line is, but ``info``: the worker's own error (XID, NCCL, CUDA) came before it and is
+    the evidence; runs last, so a line that quotes such an error is classified by it."""
     if "ChildFailedError" in line:
         return Hit("other", "info", "torch_elastic_child_failed")
-    if "failed (exitcode" in line and "local_rank" in line:
-        return Hit("other", "info", "torch_elastic_worker_failed")
-    # its Root Cause block: "  exitcode  : -6 (pid: 12345)", "  traceback : Signal 6 (SIGABRT)
-    # received by PID 12345"
-    if ("exitcode" in line and "(pid:" in line) or ("received by PID" in line and "Signal" in line):
+    if ("failed (exitcode" in line and "local_rank" in line) \
+            or ("exitcode" in line and "(pid:" in line) \
+            or ("received by PID" in line and "Signal" in line):  # the Root Cause block
         return Hit("other", "info", "torch_elastic_worker_failed")
     return None
 

@@ -99,17 +99,17 @@ class RdmaCollector:
                                                                      key=lambda kv: kv[1])}
 
     def nic_bus_ids(self) -> list[str]:
-        """PCI bus id of NIC i, in NIC order, for the inventory's ``nic_bus_ids``: the
-        function ``<class>/infiniband/<dev>/device`` links to (``../../../0000:3b:00.0``),
-        normalised like the GPUs'. ``""`` where there is none: a software device (rxe, siw)
-        or an unreadable link; the kernel's netdev lines cannot be matched to that NIC."""
-        out: list[str] = []
-        for (dev, _), _i in sorted(self.index.items(), key=lambda kv: kv[1]):
+        """PCI bus id of NIC i at index i, for the inventory's ``nic_bus_ids``: the function
+        ``<class>/infiniband/<dev>/device`` links to (``../../../0000:3b:00.0``), normalised
+        like the GPUs'. ``""`` where there is none: a software device (rxe, siw) or an
+        unreadable link; the kernel's netdev lines cannot be matched to that NIC."""
+        out = [""] * (max(self.index.values(), default=-1) + 1)
+        for (dev, _), i in self.index.items():
             try:
                 target = os.readlink(self.base / dev / "device")
             except OSError:
-                target = ""
-            out.append(normalise_bus_id(os.path.basename(target.rstrip("/"))) or "")
+                continue
+            out[i] = normalise_bus_id(os.path.basename(target.rstrip("/"))) or ""
         return out
 
     def nic_id(self, i: int) -> str:
