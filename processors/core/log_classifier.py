@@ -54,6 +54,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes (SGR) and other
 # 1800000ms")
 _RAN_FOR = re.compile(r"\bran for (\d{1,12}) ?(?:milliseconds|ms)\b")
 _WAITED_OUT = re.compile(r"Timeout\(ms\)=(\d{1,12})|[Tt]imed out waiting (\d{1,12}) ?ms\b")
+# c10d's client socket "has timed out after 60s", the store's "Timed out after 900 seconds"
+_WAITED_AFTER = re.compile(r"[Tt]imed out after (\d{1,9}) ?(?:s|seconds?)\b")
 MAX_WAITED_S = 86400.0  # a longer figure is not believed (it would date the fault days back)
 
 
@@ -116,7 +118,8 @@ def _peer(line: str) -> str | None:
 def _waited(line: str) -> float | None:
     m = _RAN_FOR.search(line) or _WAITED_OUT.search(line)
     if m is None:
-        return None
+        m = _WAITED_AFTER.search(line)
+        return None if m is None else min(float(m.group(1)), MAX_WAITED_S)
     return min(int(m.group(1) or m.group(2)) / 1000.0, MAX_WAITED_S)
 
 

@@ -32,6 +32,7 @@ class Hit(NamedTuple):
 # ---- NVIDIA driver (NVRM), XIDs -----------------------------------------------------------
 _XID_NVRM = re.compile(
     r"Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):?\s*(\d{1,4})\b")
+_XID_REDACTED = re.compile(r"Xid \(PCI:[^()]{0,40}\):?\s*(\d{1,4})\b")  # bus id edited out: PCI:...
 _XID_KV = re.compile(r"\b(?:Xid|XID)[=: ]+(\d{1,4})\b")
 _BUS = re.compile(r"\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\b")
 _GPU_BUS = re.compile(r"GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
@@ -44,6 +45,9 @@ def xid(line: str) -> tuple[int, str | None] | None:
     m = _XID_NVRM.search(line)
     if m:
         return int(m.group(2)), m.group(1)
+    m = _XID_REDACTED.search(line)
+    if m:
+        return int(m.group(1)), None
     m = _XID_KV.search(line)
     if m:
         b = _BUS.search(line)
@@ -77,6 +81,10 @@ def nvrm(line: str) -> Hit | None:
             return Hit("critical_gpu", "fatal", "gpu_lost", pci=bus)
         # "Unknown Error": a GPU that fell off, or a container that lost its device nodes
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable", pci=bus)
+    if "Failed to initialize NVML: Unknown Error" in line or "nvml error: unknown error" in line:
+        # NVML cannot reach a GPU: one that fell off, or a container that lost its device nodes
+        # (nvidia-container-cli's detection error, NVIDIA/nvidia-docker#1671)
+        return Hit("critical_gpu", "degraded", "gpu_handle_unavailable")
     if "GPU is lost" in line:  # NVML's verdict as other clients print it (kubelet, plugins,
         m = _BUS.search(line, 0, SCAN_CHARS)  # the agent's notice, which names the bus)
         return Hit("critical_gpu", "fatal", "gpu_lost", pci=m.group(1) if m else None)
@@ -224,12 +232,18 @@ def pcie(line: str) -> Hit | None:
 _NIC_DEV = re.compile(r"\b(mlx5_\d+)\b|infiniband (\S+?):|\b([A-Za-z][\w.-]{1,15}): (?:NIC )?[Ll]ink ")
 _BOND_SLAVE = re.compile(r"\(slave ([\w.-]{1,15})\)|for interface ([\w.-]{1,15})")  # not bond0
 _TX_DEV = (re.compile(r"NETDEV WATCHDOG: ([A-Za-z][\w.-]{0,15}) \("),
-           re.compile(r"\b([A-Za-z][\w.-]{0,15}): (?:NETDEV WATCHDOG|TX timeout)"))
+           re.compile(r"\b([A-Za-z][\w.-]{0,15}): (?:NETDEV WATCHDOG|TX timeout|Found a Tx)"))
 _LINK_DOWN = ("Link down", "link down", "Link is Down", "Link is down", "Link DOWN", "PORT_DOWN",
               "state changed to DOWN", "changed state to DOWN", "link becomes not ready",
               "link status definitely down")
 _LINK_UP = ("Link up", "link up", "Link is Up", "Link is up", "Link UP", "Link ACTIVE",
             "PORT_ACTIVE", "link becomes ready", "link status definitely up")
+# creating or connecting a verbs object failed outside NCCL (UCX, perftest, NVSHMEM, Mooncake):
+# the host's RDMA setup, as NCCL's "ibv_create_cq failed" (log_rules_software._CONFIG_RULES)
+_VERBS_SETUP = ("ibv_modify_qp", "ibv_create_qp", "ibv_create_cq", "mlx5dv_create_cq",
+                "mlx5dv_create_qp", "mlx5dv_devx_obj_create", "modify QP to ")
+_PERFTEST_STATUS = re.compile(r"Failed status (\d{1,3}): wr_id")  # perftest: ibv_wc_status
+_MLX5_HEALTH_SYND = re.compile(r"(?<!_)synd 0x[0-9A-Fa-f]{1,8}: ")  # print_health_info's syndrome
 _RETRY_EXCEEDED = ("retry count exceeded", "retry counter exceeded", "RETRY_EXC_ERR",
                    "Retry count exceeded")
 
@@ -254,6 +268,14 @@ def nic(line: str) -> Hit | None:
     if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
             any(k in line for k in _RETRY_EXCEEDED):
         return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
+    if "ailed" in line and "NCCL" not in line and any(k in line for k in _VERBS_SETUP) and (
+            "failed" in line or "Failed to modify QP" in line):
+        return Hit("config", "fatal", "nccl_ib_qp_setup", device=_nic_dev(line))
+    if "Failed status" in line:  # perftest's failed completion; 12 = IBV_WC_RETRY_EXC_ERR
+        m = _PERFTEST_STATUS.search(line, 0, SCAN_CHARS)
+        if m:
+            rule = "ib_retry_exceeded" if m.group(1) == "12" else "ib_completion_error"
+            return Hit("distributed_symptom", "fatal", rule)
     if ("ompletion with err" in line or "(synd 0x" in line) and "NCCL" not in line and (
             "ompletion with error" in line and ("UCX" in line or "_iface.c" in line or "mlx5:" in line)
             or "ib_mlx5_log.c" in line and "(synd 0x" in line):
@@ -262,7 +284,8 @@ def nic(line: str) -> Hit | None:
         return Hit("distributed_symptom", "fatal", "ib_completion_error", device=_nic_dev(line))
     if ("imeout" in line or "NETDEV" in line or "tx completions" in line) and (
             "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line
-            or "Keep alive watchdog timeout" in line):  # the NIC stopped transmitting
+            or "Keep alive watchdog timeout" in line) or "Found a Tx that wasn't completed" in line:
+        # the NIC stopped transmitting (ENA: "Found a Tx that wasn't completed on time")
         return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=first_bus(line),
                    device=_tx_dev(line) or _nic_dev(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
@@ -276,8 +299,14 @@ def nic(line: str) -> Hit | None:
         if ("health compromised" in line or "internal error" in line or "recovery flow aborted"
                 in line or "FW fatal" in line or "fw_fatal" in line
                 or "unrecoverable hardware error" in line  # print_health_info's "synd 0x…"
-                or "Will cause a leak of a command resource" in line):  # FW stopped answering
+                or "Will cause a leak of a command resource" in line  # FW stopped answering
+                or "Fatal error" in line and "detected" in line  # poll_health
+                or "mlx5_enter_error_state:" in line  # the driver took the device down (not a trace)
+                or "print_health_info" in line and _MLX5_HEALTH_SYND.search(line, 0, SCAN_CHARS)):
             return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=first_bus(line), device=_nic_dev(line))
+        if "High temperature" in line and "temp_warn" in line:  # the HCA's sensors, before its shutdown
+            return Hit("nic_or_link", "degraded", "nic_high_temperature", pci=first_bus(line),
+                       device=_nic_dev(line))
         if "Port module event" in line:
             # an unplugged cable: its link-down line follows (an unused port logs it at boot)
             sev = "fatal" if "error" in line.lower() else "degraded" if "unplugged" in line else \

@@ -53,7 +53,8 @@ def host(line: str) -> Hit | None:
             return Hit("host_hw", "fatal", "host_cpu_hard_lockup")
         if "soft lockup" in line:
             return Hit("host_hw", "degraded", "host_cpu_soft_lockup")
-    if "stall" in line and "rcu" in line and ("detected stall" in line or "self-detected" in line):
+    if "stall" in line and "rcu" in line and ("detected stall" in line or "self-detected" in line
+                                              or "detected expedited stall" in line):
         return Hit("host_hw", "degraded", "host_rcu_stall")
     if "blocked for more than" in line and "task " in line:
         return Hit("host_hw", "degraded", "host_hung_task")
@@ -64,7 +65,8 @@ def host(line: str) -> Hit | None:
         return Hit("host_hw", "fatal", "host_power_failure")
     if "panic" in line and "Kernel panic - not syncing" in line:
         return Hit("host_hw", "fatal", "host_kernel_panic")
-    if "not responding, still trying" in line:  # NFS
+    if "not responding, still trying" in line or "not responding, timed out" in line:  # NFS
+        # hard mounts retry; a soft mount's timed-out request fails the I/O
         return Hit("host_hw", "degraded", "host_storage_error")
     if ("nvme" in line or "ourna" in line or "LNet" in line or "Lustre" in line) and (
             "timeout, aborting" in line or any(k in line for k in _STORAGE_STALL)):
@@ -73,6 +75,7 @@ def host(line: str) -> Hit | None:
             "Out of memory: Kill" in line or "oom-kill" in line or "oom_kill event" in line
             or "Memory cgroup out of memory" in line or ": Out Of Memory" in line
             or "OOMKilled" in line  # Kubernetes: the pod's container
+            or "low on resource: memory" in line  # Kubernetes: the kubelet evicted the pod
             or "Killed process" in line and "total-vm:" in line):  # older kernels' wording
         return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
     return None

@@ -46,7 +46,8 @@ def torch_watchdog(line: str) -> Hit | None:
 
 _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> severity, rule
     (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument"), "fatal", "nccl_invalid_usage"),
-    (("Mismatched collective", "collective mismatch"), "fatal", "nccl_collective_mismatch"),
+    (("Mismatched collective", "collective mismatch", "mismatch between collectives"), "fatal",
+     "nccl_collective_mismatch"),  # PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL check
     (("version mismatch", "Mismatched NCCL version", "wrong type"), "fatal",
      "nccl_version_mismatch"),
     # ranks disagree on a message's size: mismatched calls or settings between ranks, which
@@ -90,7 +91,8 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
     (("Connection reset by peer",), "distributed_symptom", "fatal", "nccl_connection_reset"),
     (("closed by remote peer", "closed by peer"), "distributed_symptom", "fatal",
      "nccl_connection_closed"),
-    (("remote process exited", "ncclRemoteError"), "distributed_symptom", "fatal", "nccl_remote_error"),
+    (("remote process exited", "ncclRemoteError", "Horovod has been shut down"),
+     "distributed_symptom", "fatal", "nccl_remote_error"),  # Horovod: a rank raised
     (("Broken pipe",), "distributed_symptom", "fatal", "nccl_broken_pipe"),
     (("unhandled system error", "ncclSystemError"), "distributed_symptom", "fatal",
      "nccl_system_error"),
@@ -109,7 +111,10 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
 # failures between ranks; their rules are named dist_* instead of nccl_*
 _TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetworkError",
                "DistBackendError", "client socket has timed out", "TCPStore", "SocketImpl",
-               "store based barrier", "tensorpipe")
+               "store based barrier", "tensorpipe", "mismatch between collectives",
+               "monitoredBarrier", "Horovod has been shut down",
+               # JAX's coordination service (jax.distributed): a task that never joined
+               "DEADLINE_EXCEEDED: Barrier timed out", "XlaRuntimeError: DEADLINE_EXCEEDED")
 _SETTING = re.compile(r"[Tt]imeout\w*['\"]?\s?[:=]\s?['\"]?\(?\d")  # a setting, not an event
 _GLOG_WARNING = re.compile(r"(?:^|[\[:])W(?:\d{3,4})? ")  # [W0625 …], W0701 …, [W tensorpipe…
 # a glog warning header behind a prefix (CRI, srun's "12: ", "[rank3]: ", syslog): W0701 13:41:43.4
@@ -128,7 +133,9 @@ def nccl(line: str) -> Hit | None:
     torch_dist = False
     if not is_nccl:
         if not ("ocket" in line or "tore" in line or "istributed" in line or "Dist" in line
-                or "gloo" in line or "c10d" in line or "tensorpipe" in line):
+                or "gloo" in line or "c10d" in line or "tensorpipe" in line
+                or "ollectives" in line or "arrier" in line or "Horovod" in line
+                or "DEADLINE_EXCEEDED" in line):
             return None
         torch_dist = any(k in line for k in _TORCH_DIST)
         if not torch_dist and "socket" not in line:
@@ -162,6 +169,8 @@ def nccl(line: str) -> Hit | None:
     dev = hca.group(1) if hca else None
     if "NET/IB" in line and "ompletion" in line and _IB_LOCAL_PROT.search(line):
         return Hit("distributed_symptom", "fatal", "nccl_ib_local_protection_error", device=dev)
+    if "monitoredBarrier" in line and ("received errors" in line or "failed" in line):
+        return Hit("distributed_symptom", "fatal", "dist_monitored_barrier_failed")
     for keys, cat, sev, rule in _DIST_RULES:
         for k in keys:
             if k in line:
@@ -179,19 +188,29 @@ def nccl(line: str) -> Hit | None:
 
 
 # ---- GPU software stack not ready on the host ---------------------------------------------
+def _daemon_unit_failed(line: str) -> bool:
+    """systemd or systemctl: the fabric manager's or the persistence daemon's unit failed."""
+    if "fabricmanager.service" not in line and "persistenced.service" not in line:
+        return False
+    return ("process exited, code=exited, status=" in line and "status=0/" not in line
+            or "Failed with result" in line or "Failed to start" in line
+            or "failed because" in line)  # systemctl: 'Job for ….service failed because …'
+
+
 def gpu_setup(line: str) -> Hit | None:
     """The host's GPU stack is not usable: the driver was updated under a loaded module
     (NVML version mismatch), is not loaded, or the fabric manager is not running (CUDA 802)."""
     if "Driver/library version mismatch" in line:
         return Hit("config", "fatal", "nvml_driver_mismatch")
+    if "driver version is insufficient for CUDA runtime" in line \
+            or "NVIDIA driver on your system is too old" in line:  # CUDA 35: the image needs a newer driver
+        return Hit("config", "fatal", "cuda_driver_insufficient")
     if "couldn't communicate with the NVIDIA driver" in line:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
     if ("abric" in line or "NVML" in line or "persistenced" in line) and (
             "nv-fabricmanager" in line and "failed! Exit" in line or "has an invalid value" in line
             or "could not load NVML" in line or "persistenced failed" in line
-            or "fabricmanager.service" in line and (
-                "process exited, code=exited, status=" in line and "status=0/" not in line
-                or "Failed with result" in line)):  # systemd: the fabric manager failed
+            or _daemon_unit_failed(line)):
         # the fabric manager, NVML or the persistence daemon did not start: no usable GPUs
         return Hit("config", "degraded", "gpu_daemon_failed")
     if ("system not yet initialized" in line or "cudaErrorSystemNotReady" in line
@@ -208,6 +227,8 @@ _CUDA_ADVICE = re.compile(r"CUDA kernel errors might|For debugging consider|Comp
 _KERNEL_ASSERT = re.compile(r"\.cuh?:\d+: .{0,300}block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
                             r"Assertion `")
 def cuda(line: str) -> Hit | None:
+    if "OOM when allocating tensor" in line or "RESOURCE_EXHAUSTED: Out of memory" in line:
+        return Hit("cuda_app_error", "fatal", "cuda_oom")  # TensorFlow's and XLA's (JAX) allocators
     if "CU" not in line and "cuda" not in line and "Cuda" not in line:  # CUDA, CUBLAS, CUDNN
         return None
     if "NVLink" in line and "ncorrectable" in line and _CUDA_NVLINK.search(line, 0, 4096) \
@@ -238,7 +259,8 @@ def cuda(line: str) -> Hit | None:
             or "Cuda failure" in line and _CUDA_FAILURE.search(line, 0, 4096)  # NCCL's bare
             # "Last error" line: Cuda failure 'x', Cuda failure 217 'x'
             or "CUBLAS_STATUS_" in line and "SUCCESS" not in line
-            or "CUDNN_STATUS_" in line and "SUCCESS" not in line):
+            or "CUDNN_STATUS_" in line and "SUCCESS" not in line
+            or "Check failed: error == cudaSuccess" in line):  # Caffe/glog: CHECK on a CUDA call
         return Hit("cuda_app_error", "fatal", "cuda_error")
     return None
 

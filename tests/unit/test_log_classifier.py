@@ -311,3 +311,65 @@ def test_torchrun_summaries_are_named_but_not_evidence(line: str, rule: str) -> 
     assert e.rule == rule
     if rule.startswith("torch_elastic"):
         assert (e.category, e.severity) == ("other", "info")
+
+
+@pytest.mark.parametrize("line, want", [
+    # mlx5 health (drivers/net/ethernet/mellanox/mlx5/core/health.c formats): the HCA died
+    ("[  204.791017] mlx5_core 0000:41:00.0: poll_health:478:(pid 0): Fatal error 1 detected",
+     ("nic_or_link", "fatal", "nic_fw_fatal")),
+    ("[  131.207065] mlx5_core 0000:41:00.0: print_health_info:421:(pid 0): synd 0x10: High temperature",
+     ("nic_or_link", "fatal", "nic_fw_fatal")),
+    ("[  204.791067] mlx5_core 0000:41:00.0: mlx5_enter_error_state:214:(pid 920): start",
+     ("nic_or_link", "fatal", "nic_fw_fatal")),
+    ("[   51.227747] mlx5_core 0000:41:00.1: temp_warn:170:(pid 0): High temperature on sensors "
+     "with bit set 0 1", ("nic_or_link", "degraded", "nic_high_temperature")),
+    # the health dump's other registers, and a call trace through the function, are not the event
+    ("[  204.791050] mlx5_core 0000:41:00.0: print_health_info:424:(pid 0): ext_synd 0x8f4f",
+     ("other", "info", "unmatched")),
+    ("[  204.791101]  mlx5_enter_error_state+0x3c/0x90 [mlx5_core]", ("other", "info", "unmatched")),
+    # creating a verbs object failed: the host's RDMA setup, not a failed completion
+    ("[1577793869.853864] [thunder6:167167:0]        ib_mlx5.c:73   UCX  ERROR "
+     "mlx5dv_create_cq(cqe=256) failed: Invalid argument", ("config", "fatal", "nccl_ib_qp_setup")),
+    ("Failed to modify QP to RTS", ("config", "fatal", "nccl_ib_qp_setup")),
+    # perftest's failed completions: 12 = IBV_WC_RETRY_EXC_ERR
+    (" Completion with error at client Failed status 12: wr_id 0 syndrom 0x81 scnt=128, ccnt=0",
+     ("distributed_symptom", "fatal", "ib_retry_exceeded")),
+    ("  Failed status 4: wr_id 0 syndrom 0x51", ("distributed_symptom", "fatal", "ib_completion_error")),
+    # the GPU stack's daemons: systemctl's and systemd's wording of a failed unit
+    ("Job for nvidia-fabricmanager.service failed because the control process exited with error "
+     "code.", ("config", "degraded", "gpu_daemon_failed")),
+    ("systemd[1]: Failed to start nvidia-persistenced.service - NVIDIA Persistence Daemon.",
+     ("config", "degraded", "gpu_daemon_failed")),
+    ("systemd[1]: Started nvidia-persistenced.service - NVIDIA Persistence Daemon.",
+     ("other", "info", "unmatched")),
+    ("Failed to initialize NVML: Unknown Error", ("critical_gpu", "degraded", "gpu_handle_unavailable")),
+    ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+     ("config", "fatal", "cuda_driver_insufficient")),
+    # frameworks' own wording of faults the classifier knew under other names
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+     "allocate 7406166528 bytes.", ("cuda_app_error", "fatal", "cuda_oom")),
+    ("jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: "
+     "PjRT_Client_Connect.", ("distributed_symptom", "fatal", "dist_timeout")),
+    ("RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+     "CollectiveFingerPrint(OpType=ALLREDUCE)", ("config", "fatal", "nccl_collective_mismatch")),
+    ("RuntimeError: Rank 2 successfully reached monitoredBarrier, but received errors while waiting "
+     "for send/recv from rank 0.", ("distributed_symptom", "fatal", "dist_monitored_barrier_failed")),
+])
+def test_fourth_hunt_formats(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.category, e.severity, e.rule) == want, e
+
+
+def test_an_xid_with_its_bus_id_edited_out_keeps_its_number() -> None:
+    e = classify("kernel: NVRM: Xid (PCI:...): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)")
+    assert (e.category, e.severity, e.xid, e.pci_bus_id) == ("nvlink", "degraded", 145, None)
+
+
+@pytest.mark.parametrize("line, waited", [
+    ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect "
+     "to (192.0.0.1, 1234).", 60.0),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 "
+     "clients joined.", 901.0),
+])
+def test_waited_s_reads_a_timeout_given_in_seconds(line: str, waited: float) -> None:
+    assert classify(line).waited_s == waited
