@@ -47,13 +47,15 @@ _PEER_PAREN = re.compile(r"\[([\w.-]+)\]:(\d{1,5})")
 _RANK = re.compile(r"[\[ ][Rr]ank ?(\d{1,7})\]")
 _GROUPS = (*HARDWARE, *SOFTWARE)
 _NCCL_FIRST = (*SOFTWARE, *HARDWARE)  # an NCCL line is NCCL's before it is a NIC's
-_PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b")
+_PEER_RANK = re.compile(r"\b(?:peer|remote) rank:? ?(\d{1,7})\b|Proxy Call to rank (\d{1,7})\b")
+_UNIQUE_ID_RANK = re.compile(r"\[(\d{1,7})\] is setting up NCCL communicator")  # PyTorch, no "rank"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes (SGR) and other CSI sequences
 # how long a timed-out operation had been waiting: PyTorch's watchdog ("Timeout(ms)=600000)
 # ran for 600412 milliseconds"), else the timeout it waited out (Gloo: "Timed out waiting
 # 1800000ms")
 _RAN_FOR = re.compile(r"\bran for (\d{1,12}) ?(?:milliseconds|ms)\b")
-_WAITED_OUT = re.compile(r"Timeout\(ms\)=(\d{1,12})|[Tt]imed out waiting (\d{1,12}) ?ms\b")
+_WAITED_OUT = re.compile(r"Timeout\(ms\)=(\d{1,12})|[Tt]imed out waiting (\d{1,12}) ?ms\b"
+                         r"|wait timeout after (\d{1,12}) ?ms\b")  # TCPStore's get/wait
 # c10d's client socket "has timed out after 60s", the store's "Timed out after 900 seconds"
 _WAITED_AFTER = re.compile(r"[Tt]imed out after (\d{1,9}) ?(?:s|seconds?)\b")
 MAX_WAITED_S = 86400.0  # a longer figure is not believed (it would date the fault days back)
@@ -120,12 +122,12 @@ def _waited(line: str) -> float | None:
     if m is None:
         m = _WAITED_AFTER.search(line)
         return None if m is None else min(float(m.group(1)), MAX_WAITED_S)
-    return min(int(m.group(1) or m.group(2)) / 1000.0, MAX_WAITED_S)
+    return min(int(next(g for g in m.groups() if g)) / 1000.0, MAX_WAITED_S)
 
 
 def _int(rx: re.Pattern[str], line: str) -> int | None:
     m = rx.search(line, 0, log_rules.SCAN_CHARS)
-    return int(m.group(1)) if m else None
+    return int(next(g for g in m.groups() if g)) if m else None
 
 
 _LOST_GPU = frozenset(("gpu_fallen_off_bus", "gpu_lost"))  # XID 79 in other words
@@ -145,6 +147,8 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
                                and hit.rule.endswith("_timeout")) else None
     if hit.category in ("distributed_symptom", "config", "cuda_app_error"):
         rank = _int(_RANK, line)
+        if rank is None and "is setting up NCCL" in line:
+            rank = _int(_UNIQUE_ID_RANK, line)
         if hit.category != "cuda_app_error":
             peer = _peer(line)
             peer_rank = _int(_PEER_RANK, line)

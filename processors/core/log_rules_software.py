@@ -45,7 +45,8 @@ def torch_watchdog(line: str) -> Hit | None:
 
 
 _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> severity, rule
-    (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument"), "fatal", "nccl_invalid_usage"),
+    (("invalid usage", "ncclInvalidUsage", "ncclInvalidArgument", "Duplicate GPU detected"), "fatal",
+     "nccl_invalid_usage"),  # two ranks on one GPU: NCCL's "Last error" under ncclInvalidUsage
     (("Mismatched collective", "collective mismatch", "mismatch between collectives"), "fatal",
      "nccl_collective_mismatch"),  # PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL check
     (("version mismatch", "Mismatched NCCL version", "wrong type"), "fatal",
@@ -103,7 +104,8 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
     (("recv failed", "send failed", "Call to recv", "Call to send", "recvValue failed",
       "ailed to recv", "recvValueWithTimeout failed"), "distributed_symptom", "fatal",
      "nccl_socket_io_failed"),
-    (("Failed to execute operation",), "distributed_symptom", "fatal", "nccl_proxy_failed"),
+    (("Failed to execute operation", "Proxy Call to rank"), "distributed_symptom", "fatal",
+     "nccl_proxy_failed"),  # proxy.cc prints "Proxy Call to rank N failed" only on its error path
     (("timeout", "Timeout", "timed out", "Timed out"), "distributed_symptom", "fatal",
      "nccl_timeout"),
 )
@@ -111,7 +113,7 @@ _DIST_RULES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (  # any of -> 
 # failures between ranks; their rules are named dist_* instead of nccl_*
 _TORCH_DIST = ("gloo", "c10d", "torch.distributed", "DistStoreError", "DistNetworkError",
                "DistBackendError", "client socket has timed out", "TCPStore", "SocketImpl",
-               "store based barrier", "tensorpipe", "mismatch between collectives",
+               "store based barrier", "tensorpipe", "mismatch between collectives", "Socket Timeout",
                "monitoredBarrier", "Horovod has been shut down",
                # JAX's coordination service (jax.distributed): a task that never joined
                "DEADLINE_EXCEEDED: Barrier timed out", "XlaRuntimeError: DEADLINE_EXCEEDED")
@@ -129,7 +131,8 @@ def nccl(line: str) -> Hit | None:
     """NCCL WARN lines, the NCCL errors PyTorch raises, NCCL's socket layer, and the same
     failures from Gloo and the c10d store."""
     is_nccl = ("NCCL" in line or "nccl" in line or "NET/IB" in line or "NET/OFI" in line
-               or "Message truncated" in line or "uccl" in line or "UCCL" in line)
+               or "Message truncated" in line or "uccl" in line or "UCCL" in line
+               or "Duplicate GPU detected" in line)
     torch_dist = False
     if not is_nccl:
         if not ("ocket" in line or "tore" in line or "istributed" in line or "Dist" in line

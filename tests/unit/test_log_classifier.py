@@ -373,3 +373,21 @@ def test_an_xid_with_its_bus_id_edited_out_keeps_its_number() -> None:
 ])
 def test_waited_s_reads_a_timeout_given_in_seconds(line: str, waited: float) -> None:
     assert classify(line).waited_s == waited
+
+
+@pytest.mark.parametrize("line, want", [
+    ("host:22337:22400 [6] proxy.cc:862 NCCL WARN Proxy Call to rank 14 failed (Connect)",
+     ("nccl_proxy_failed", "fatal", None, 14, None)),
+    ("RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d "
+     "key-value store by key '0', but store->get('0') got error: Socket Timeout",
+     ("nccl_timeout", "fatal", 2, None, None)),
+    ("[rank1]: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+     "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: wait "
+     "timeout after 600000ms, keys: /default_pg/0//cuda//0", ("nccl_timeout", "fatal", 1, None, 600.0)),
+    ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10",
+     ("nccl_invalid_usage", "fatal", None, None, None)),
+    ("RuntimeError: Socket Timeout", ("dist_timeout", "fatal", None, None, None)),
+])
+def test_fifth_hunt_fields(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.rule, e.severity, e.rank, e.peer_rank, e.waited_s) == want, e
