@@ -177,6 +177,9 @@ _FROM_BUS = re.compile(r"received(?: from|:)\s+([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0
 _USB_HC = re.compile(r"\b(?:xhci_hcd|[eou]hci[-_](?:pci|hcd)|uhci_hcd) [0-9a-f]{4}:")  # no reason to take a host out
 
 
+_DPC_STATUS = re.compile(r"containment event, status:0x([0-9a-fA-F]{1,4})")
+
+
 def first_bus(line: str) -> str | None:
     m = _FROM_BUS.search(line, 0, SCAN_CHARS) or _BUS.search(line, 0, SCAN_CHARS)
     return m.group(1) if m else None
@@ -200,6 +203,16 @@ def pcie(line: str) -> Hit | None:
             return Hit("pcie", "fatal", "pcie_slot_down", pci=first_bus(line))
         if "Link Up" in line or "Card present" in line:
             return Hit("pcie", "info", "pcie_slot_up", pci=first_bus(line))
+    if "DPC: " in line:  # Downstream Port Containment: the port cut its link off
+        m = _DPC_STATUS.search(line, 0, SCAN_CHARS)  # bits 2:1 of the status: the trigger
+        fatal = "ERR_FATAL" in line or (m is not None and int(m.group(1), 16) >> 1 & 3 == 2)
+        if fatal or "containment event" in line or "detected" in line:
+            return Hit("pcie", "fatal" if fatal else "degraded", "pcie_dpc_containment",
+                       pci=first_bus(line))
+    if "PCI SERR" in line or "PCI PERR" in line:  # a BMC's SEL: a bus error interrupt
+        return Hit("pcie", "degraded", "pcie_bus_error", pci=first_bus(line))
+    if "Completion-Wait loop timed out" in line or "IOTLB_INV_TIMEOUT" in line:
+        return Hit("pcie", "degraded", "iommu_timeout", pci=first_bus(line))  # AMD-Vi stopped answering
     if "IO_PAGE_FAULT" in line or ("DMAR" in line and "fault addr" in line):
         # a device's DMA refused by the IOMMU (AMD-Vi, Intel VT-d): integrated graphics,
         # Wi-Fi and NVMe log these at boot on healthy hosts, so info; the classifier makes it

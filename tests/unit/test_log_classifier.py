@@ -391,3 +391,38 @@ def test_waited_s_reads_a_timeout_given_in_seconds(line: str, waited: float) -> 
 def test_fifth_hunt_fields(line: str, want: tuple) -> None:
     e = classify(line)
     assert (e.rule, e.severity, e.rank, e.peer_rank, e.waited_s) == want, e
+
+
+@pytest.mark.parametrize("line, want", [
+    # DPC: status bits 2:1 are the trigger; 0x0005 = ERR_FATAL, 0x1f01 = an unmasked error
+    ("pcieport 0000:30:03.0: DPC: containment event, status:0x0005 source:0x3400",
+     ("pcie", "fatal", "pcie_dpc_containment")),
+    ("pcieport 0000:00:1b.0: DPC: containment event, status:0x1f01 source:0x0000",
+     ("pcie", "degraded", "pcie_dpc_containment")),
+    ("pcieport 0000:00:1c.0: DPC: enabled", ("other", "info", "unmatched")),  # not an event
+    # MCi_STATUS: found by polling (at boot) an uncorrected error is degraded, not fatal
+    ("mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408",
+     ("host_hw", "degraded", "host_mce")),
+    ("mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 9: 0000000000000000",
+     ("host_hw", "info", "host_mce_corrected")),
+    ("STATUS ae2000000003110a MCGSTATUS 0", ("host_hw", "fatal", "host_mce")),  # mcelog: UC+PCC
+    # a BMC's threshold events: the assertion, not its deassertion
+    ("   3 | 10/04/2018 | 07:28:04 | Temperature #0x03 | Upper Critical going high | Asserted",
+     ("host_hw", "degraded", "host_bmc_sensor")),
+    ("   4 | 10/04/2018 | 07:29:04 | Temperature #0x03 | Upper Critical going high | Deasserted",
+     ("other", "info", "unmatched")),
+    ("thermal thermal_zone3: critical temperature reached (80 C), shutting down",
+     ("host_hw", "fatal", "host_thermal_shutdown")),
+    ("Memory failure: 0x40272d: unhandlable page.", ("host_hw", "fatal", "host_memory_uncorrectable")),
+    ("Internal error: synchronous external abort: 0000000096000410 [#1] SMP",
+     ("host_hw", "fatal", "host_mce_fatal")),
+    ("systemd[1]: user-1021.slice: A process of this unit has been killed by the OOM killer.",
+     ("cuda_app_error", "fatal", "host_oom_kill")),
+    ("iommu ivhd0: AMD-Vi: Event logged [IOTLB_INV_TIMEOUT device=0000:0b:00.0 address=0x1002147e0]",
+     ("pcie", "degraded", "iommu_timeout")),
+    ("nvme2n1: detected capacity change from 800166076416 to 0", ("host_hw", "degraded", "host_storage_error")),
+    ("nvme0n1: detected capacity change from 0 to 800166076416", ("other", "info", "unmatched")),
+])
+def test_host_hunt_formats(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.category, e.severity, e.rule) == want, e
