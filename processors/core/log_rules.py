@@ -33,14 +33,14 @@ class Hit(NamedTuple):
 _XID_NVRM = re.compile(
     r"Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):?\s*(\d{1,4})\b")
 _XID_REDACTED = re.compile(r"Xid \(PCI:[^()]{0,40}\):?\s*(\d{1,4})\b")  # bus id edited out: PCI:...
-_XID_KV = re.compile(r"\b(?:Xid|XID)[=: ]+(\d{1,4})\b")
+_XID_KV = re.compile(r"\b(?:Xid|XID)[=: ]+(\d{1,4})\b|\bxid (\d{1,4}) detected\b")  # gpud: "xid 119 detected"
 _BUS = re.compile(r"\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\b")
 _GPU_BUS = re.compile(r"GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
 
 
 def xid(line: str) -> tuple[int, str | None] | None:
     """(XID, bus id or None) of an ``NVRM: Xid (PCI:…): N`` line or an ``Xid=N`` report."""
-    if "Xid" not in line and "XID" not in line or "SXid" in line:
+    if "Xid" not in line and "XID" not in line and "xid " not in line or "SXid" in line:
         return None
     m = _XID_NVRM.search(line)
     if m:
@@ -51,7 +51,7 @@ def xid(line: str) -> tuple[int, str | None] | None:
     m = _XID_KV.search(line)
     if m:
         b = _BUS.search(line)
-        return int(m.group(1)), (b.group(1) if b else None)
+        return int(m.group(1) or m.group(2)), (b.group(1) if b else None)
     return None
 
 
@@ -81,7 +81,9 @@ def nvrm(line: str) -> Hit | None:
             return Hit("critical_gpu", "fatal", "gpu_lost", pci=bus)
         # "Unknown Error": a GPU that fell off, or a container that lost its device nodes
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable", pci=bus)
-    if "Failed to initialize NVML: Unknown Error" in line or "nvml error: unknown error" in line:
+    if ("Failed to initialize NVML: Unknown Error" in line or "nvml error: unknown error" in line
+            or "Failed to initialize NVML: ERROR_UNKNOWN" in line  # go-nvml's spelling
+            or "nvmlDeviceGetHandleByIndex" in line and "Unknown Error" in line):
         # NVML cannot reach a GPU: one that fell off, or a container that lost its device nodes
         # (nvidia-container-cli's detection error, NVIDIA/nvidia-docker#1671)
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable")

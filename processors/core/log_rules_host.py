@@ -104,6 +104,8 @@ def host(line: str) -> Hit | None:
             or "low on resource: memory" in line  # Kubernetes: the kubelet evicted the pod
             or "killed by the OOM killer" in line or "systemd-oomd killed" in line  # systemd
             or "systemd-oomd[" in line and ": Killed " in line
+            or "exceeded memory limit" in line and "being killed" in line  # slurmstepd
+            or "Exceeded job memory limit" in line and "at some point" not in line
             or "Killed process" in line and "total-vm:" in line):  # older kernels' wording
         return Hit("cuda_app_error", "fatal", "host_oom_kill")  # the kernel, a cgroup, Slurm
     return None

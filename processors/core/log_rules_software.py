@@ -208,7 +208,7 @@ def gpu_setup(line: str) -> Hit | None:
     if "driver version is insufficient for CUDA runtime" in line \
             or "NVIDIA driver on your system is too old" in line:  # CUDA 35: the image needs a newer driver
         return Hit("config", "fatal", "cuda_driver_insufficient")
-    if "couldn't communicate with the NVIDIA driver" in line:
+    if "couldn't communicate with the NVIDIA driver" in line or "nvml error: driver not loaded" in line:
         return Hit("config", "fatal", "nvidia_driver_unavailable")
     if ("abric" in line or "NVML" in line or "persistenced" in line) and (
             "nv-fabricmanager" in line and "failed! Exit" in line or "has an invalid value" in line
@@ -216,6 +216,11 @@ def gpu_setup(line: str) -> Hit | None:
             or _daemon_unit_failed(line)):
         # the fabric manager, NVML or the persistence daemon did not start: no usable GPUs
         return Hit("config", "degraded", "gpu_daemon_failed")
+    if "load library failed: libnvidia-ml" in line:  # nvidia-container-cli: no NVML on the host
+        return Hit("config", "degraded", "gpu_daemon_failed")
+    if ("could not select device driver" in line and "[[gpu]]" in line
+            or 'no runtime for "nvidia" is configured' in line):  # Docker / containerd: no GPU runtime
+        return Hit("config", "fatal", "gpu_runtime_missing")
     if ("system not yet initialized" in line or "cudaErrorSystemNotReady" in line
             or "CUDA_ERROR_SYSTEM_NOT_READY" in line):
         return Hit("config", "fatal", "cuda_system_not_ready")

@@ -426,3 +426,19 @@ def test_fifth_hunt_fields(line: str, want: tuple) -> None:
 def test_host_hunt_formats(line: str, want: tuple) -> None:
     e = classify(line)
     assert (e.category, e.severity, e.rule) == want, e
+
+
+@pytest.mark.parametrize("line, want", [
+    ('"message": "xid 119 detected by dmesg (47 minutes ago)",', ("critical_gpu", "fatal", "xid_119")),
+    ("slurmstepd: error: Step 1141810.0 exceeded memory limit (52917772 > 20971520), being killed",
+     ("cuda_app_error", "fatal", "host_oom_kill")),
+    ("slurmstepd: error: Exceeded job memory limit at some point.", ("other", "info", "unmatched")),
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded",
+     ("config", "fatal", "nvidia_driver_unavailable")),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+     ("config", "fatal", "gpu_runtime_missing")),
+    ("Failed to initialize NVML: ERROR_UNKNOWN", ("critical_gpu", "degraded", "gpu_handle_unavailable")),
+])
+def test_scheduler_and_container_formats(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.category, e.severity, e.rule) == want, e
