@@ -55,9 +55,10 @@ def _detector_types(kind: str) -> list[tuple[str, Any]]:
 
         return [("tree", DecisionTree)]
     if kind == "telemetry":
+        from processors.core.telemetry_liveness import TelemetryLiveness
         from processors.core.zscore import ZScoreDetector
 
-        return [("zscore", ZScoreDetector)]
+        return [("zscore", ZScoreDetector), ("liveness", TelemetryLiveness)]
     if kind == "ccl":
         from processors.core.alignment import AlignmentDetector
         from processors.core.tdn import TDNDetector

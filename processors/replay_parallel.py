@@ -80,14 +80,20 @@ class Selection:
     t_to: float | None = None
 
 
+# the kinds whose detectors each cost about as much as decoding: worth a process apiece
+# (telemetry's liveness check is a dict update per batch, so it rides with the Z-score)
+_SPLIT_KINDS = ("ccl",)
+
+
 def tasks_for(policies: int, by_detector: bool = True) -> list[Task]:
-    """The tasks in routing order: one per (policy, kind, detector), or with
-    ``by_detector=False`` one per (policy, kind), which decodes each record once."""
+    """The tasks in routing order: one per (policy, kind), and with ``by_detector`` one per
+    detector of the kinds in ``_SPLIT_KINDS``; a task decodes each of its records once."""
     out: list[Task] = []
     for p in range(policies):
         for kind in INPUT_KINDS:
             names = detector_names(kind)
-            groups = [(i, (n,)) for i, n in enumerate(names)] if by_detector else [(0, tuple(names))]
+            split = by_detector and kind in _SPLIT_KINDS
+            groups = [(i, (n,)) for i, n in enumerate(names)] if split else [(0, tuple(names))]
             for order, dets in groups:
                 out.append(Task(p, kind, dets, order, len(out)))
     return out
@@ -188,7 +194,7 @@ def _route(engine: Engine, results: list[TaskResult], totals: TaskResult, finish
 
 
 # rough CPU seconds per 1,000-host event-second (bench/replay.py): longest first (LPT)
-_COST = {"tdn": 4.1, "zscore": 3.6, "alignment": 2.9, "tree": 0.6}
+_COST = {"tdn": 4.1, "zscore": 3.6, "alignment": 2.9, "tree": 0.6, "liveness": 0.1}
 
 
 def replay_parallel(sel: Selection, configs: list[PipelineConfig], engines: list[Engine],

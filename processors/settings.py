@@ -23,11 +23,13 @@ _SECTIONS = {
     "input": ("processors.core.job_clock", "InputConfig"),
     "tree": ("processors.core.decision_tree", "DecisionTreeConfig"),
     "zscore": ("processors.core.zscore", "ZScoreConfig"),
+    "liveness": ("processors.core.telemetry_liveness", "LivenessConfig"),
     "alignment": ("processors.core.alignment", "AlignmentConfig"),
     "tdn": ("processors.core.tdn", "TDNConfig"),
     "guard": ("sinks.guard", "GuardConfig"),
 }
 _DETECTOR_SECTION = {"DecisionTree": "tree", "ZScoreDetector": "zscore",
+                     "TelemetryLiveness": "liveness",
                      "AlignmentDetector": "alignment", "TDNDetector": "tdn"}
 
 
@@ -71,7 +73,8 @@ class PipelineConfig:
 
     @classmethod
     def from_toml(cls, path: str | None) -> PipelineConfig:
-        """Load a policy file: tables [input] [tree] [zscore] [alignment] [tdn] [guard], and
+        """Load a policy file: tables [input] [tree] [zscore] [liveness] [alignment] [tdn]
+        [guard], and
         ``xid_policy = "file.toml"`` at the top level. Unknown keys are errors."""
         if not path:
             return cls()

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 LOG_SOURCES = ("kernel", "training", "nccl", "agent", "dcgm")
 DIAGNOSIS_KINDS = (
     "critical_error", "dist_error", "hang_compute", "hang_network", "slow_compute",
-    "slow_network", "outlier", "config", "offline_needed", "systemic",
+    "slow_network", "outlier", "config", "offline_needed", "systemic", "host_dark",
 )
 ACTIONS = (
     "isolate_host", "isolate_gpu", "restart_job", "run_netdiag", "run_offline_diag",

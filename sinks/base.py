@@ -21,6 +21,9 @@ REFUSAL_REASONS = (
     "follows_refused_isolation",  # restart_job whose diagnosis' isolations were refused
     "repeat",  # the same action on the same target was issued recently
     "already_localised",  # run_offline_diag for a job whose culprit another detector named
+    "already_isolated",  # the host (or one of its GPUs) was isolated for this incident
+    "explained_by_config",  # a config diagnosis explained the host's failure (its consequence)
+    "endpoint_down",  # run_netdiag of a link whose other end is a host shown down
     "unknown_action",  # not one of schemas.records.ACTIONS
     "malformed_action",  # not an [action, target] pair of non-empty strings
 )

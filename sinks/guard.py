@@ -73,6 +73,10 @@ class GuardConfig:
     # isolated past the job's blast radius, and do not count towards it: they do no work
     # isolated or not (a rack's power). The cluster rate limit still holds.
     down_hosts_past_cap: bool = True
+    # ... and so may hosts another diagnosis showed down (telemetry_liveness' host_dark) with
+    # an onset within this of the diagnosis' evidence; a run_netdiag of a link to one of
+    # them is refused (endpoint_down): the dead host broke the connections, not the link
+    down_window_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not (0 <= self.job_isolation_pct <= 100) or not math.isfinite(self.job_isolation_pct):
@@ -80,7 +84,7 @@ class GuardConfig:
         if self.job_isolation_min < 0 or self.cluster_max_isolations < 0:
             raise ConfigError("guard: job_isolation_min and cluster_max_isolations must be >= 0")
         for name in ("window_s", "cluster_window_s", "repeat_window_s", "memory_s",
-                     "explained_s"):
+                     "explained_s", "down_window_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ConfigError(f"guard: {name}={v!r} must be a finite number >= 0")
@@ -161,6 +165,7 @@ class Guard:
         def refuse(action: str, target: str, reason: str, detail: str = "") -> None:
             refusals.append(GuardRefusal(d.id, action, target, reason, d.job, detail, t))
 
+        s.note_dark(d)
         isolations, others = self._parse_actions(d, refuse)
         if d.kind in self.config.no_isolation_kinds:
             for h in d.culprits.hosts:
@@ -208,6 +213,11 @@ class Guard:
                 refuse(a, tgt, "already_localised",
                        "another detector already named the culprit of this job within the "
                        "window; offline diagnosis is the fallback when nothing else fits")
+                continue
+            if a == "run_netdiag" and (gone := sorted(self._down(d) & {host_of(x) for x in tgt.split("<->")})):
+                refuse(a, tgt, "endpoint_down",
+                       f"host {', '.join(gone)} of the link is down (no telemetry or heartbeat): "
+                       "its connections failed with it, the link is no suspect")
                 continue
             if a == "restart_job" and isolation_refused:
                 refuse(a, tgt, "follows_refused_isolation",
@@ -313,11 +323,13 @@ class Guard:
         return None
 
     def _down(self, d: Diagnosis) -> set[str]:
-        """The hosts the diagnosis shows down, when the policy lets them past the cap."""
-        v = d.evidence.get("hosts_down") if isinstance(d.evidence, Mapping) else None
-        if not self.config.down_hosts_past_cap or not isinstance(v, list | tuple):
+        """The hosts the diagnosis, or another one near its evidence's start, shows down,
+        when the policy lets them past the cap."""
+        if not self.config.down_hosts_past_cap:
             return set()
-        return {h for h in v if isinstance(h, str)}
+        v = d.evidence.get("hosts_down") if isinstance(d.evidence, Mapping) else None
+        mine = {h for h in v if isinstance(h, str)} if isinstance(v, list | tuple) else set()
+        return mine | self._s.dark_near(d.job, float(d.event_ts), self.config.down_window_s)
 
     def _isolations_near(self, t: float, window: float) -> list[tuple[float, str, str]]:
         """Accepted isolations with |ts - t| < window (the list is kept sorted by ts)."""

@@ -3,9 +3,12 @@ sorted, so equal states give equal snapshots."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas.records import Diagnosis
 
 
 @dataclass
@@ -17,6 +20,7 @@ class GuardState:
     named: dict[str, float] = field(default_factory=dict)  # job -> ts its culprit's isolation hit a cap
     explained: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) -> config ev ts
     down: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) isolated while dark -> ts
+    dark: dict[tuple[str, str], float] = field(default_factory=dict)  # (job,host) shown down -> onset
     watermark: float = 0.0
     pruned_at: float = 0.0  # watermark at the last prune (pruning is amortised)
 
@@ -30,6 +34,20 @@ class GuardState:
         self.named = {k: v for k, v in self.named.items() if v >= horizon}
         self.explained = {k: v for k, v in self.explained.items() if v >= horizon}
         self.down = {k: v for k, v in self.down.items() if v >= horizon}
+        self.dark = {k: v for k, v in self.dark.items() if v >= horizon}
+
+    def note_dark(self, d: Diagnosis) -> None:
+        """Remember the hosts a diagnosis shows down (evidence ``hosts_down``: no telemetry,
+        no line, no heartbeat) from its evidence's start; a newer onset replaces an older."""
+        v = d.evidence.get("hosts_down") if isinstance(d.evidence, Mapping) else None
+        if isinstance(v, list | tuple):
+            for h in v:
+                if isinstance(h, str) and d.event_ts >= self.dark.get((d.job, h), -math.inf):
+                    self.dark[(d.job, h)] = float(d.event_ts)
+
+    def dark_near(self, job: str, t: float, window: float) -> set[str]:
+        """Hosts of ``job`` shown down with an onset within ``window`` of event time ``t``."""
+        return {h for (j, h), ts in self.dark.items() if j == job and abs(ts - t) <= window}
 
     def to_wire(self) -> dict[str, Any]:
         return {"watermark": self.watermark, "pruned_at": self.pruned_at,
@@ -39,7 +57,8 @@ class GuardState:
                 "systemic": sorted([k, v] for k, v in self.systemic.items()),
                 "named": sorted([k, v] for k, v in self.named.items()),
                 "explained": sorted([*k, v] for k, v in self.explained.items()),
-                "down": sorted([*k, v] for k, v in self.down.items())}
+                "down": sorted([*k, v] for k, v in self.down.items()),
+                "dark": sorted([*k, v] for k, v in self.dark.items())}
 
     @classmethod
     def from_wire(cls, state: Mapping[str, Any]) -> GuardState:
@@ -51,4 +70,5 @@ class GuardState:
             named={str(k): float(v) for k, v in state.get("named", [])},
             explained={(str(j), str(h)): float(v) for j, h, v in state.get("explained", [])},
             down={(str(j), str(h)): float(v) for j, h, v in state.get("down", [])},
+            dark={(str(j), str(h)): float(v) for j, h, v in state.get("dark", [])},
             watermark=float(state["watermark"]), pruned_at=float(state.get("pruned_at", 0.0)))

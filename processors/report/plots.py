@@ -32,7 +32,7 @@ LANES = ("faults (truth)", "diagnoses", "commands", "refusals")
 KIND_COLOUR = {"critical_error": "#b2182b", "dist_error": "#d6604d", "hang_compute": "#762a83",
                "hang_network": "#2166ac", "slow_compute": "#9970ab", "slow_network": "#4393c3",
                "outlier": "#878787", "config": "#1b7837", "offline_needed": "#8c510a",
-               "systemic": "#e08214"}
+               "systemic": "#e08214", "host_dark": "#4d4d4d"}
 
 
 def _tip(text: str) -> str:

@@ -143,10 +143,12 @@ def test_diagnose_workers_give_the_same_bytes(mixed, tmp_path):
 
 def test_tasks_and_default_workers():
     names = [(t.kind, t.detectors) for t in tasks_for(1)]
-    assert names == [("logs", ("tree",)), ("telemetry", ("zscore",)), ("ccl", ("alignment",)),
-                     ("ccl", ("tdn",))]
+    # telemetry's liveness check rides with the Z-score: only the CCL detectors split
+    assert names == [("logs", ("tree",)), ("telemetry", ("zscore", "liveness")),
+                     ("ccl", ("alignment",)), ("ccl", ("tdn",))]
     assert [(t.kind, t.detectors, t.order) for t in tasks_for(1, by_detector=False)] == [
-        ("logs", ("tree",), 0), ("telemetry", ("zscore",), 0), ("ccl", ("alignment", "tdn"), 0)]
+        ("logs", ("tree",), 0), ("telemetry", ("zscore", "liveness"), 0),
+        ("ccl", ("alignment", "tdn"), 0)]
     assert [t.slot for t in tasks_for(2)] == list(range(8))
     assert 1 <= default_workers(1) <= 4 and default_workers(2) <= 8
 

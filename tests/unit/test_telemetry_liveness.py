@@ -1,0 +1,171 @@
+"""Hosts whose telemetry stopped while their job's other hosts kept sending: one host_dark
+diagnosis per group (no action of its own); the guard then lets another detector's isolation
+of them past the job's blast radius and refuses NetDiag of their links. Without heartbeats,
+a rack's power loss is no longer taken for a bad update."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.core.telemetry_liveness import LivenessConfig, TelemetryLiveness
+from processors.engine import Engine
+from processors.scoring import score
+from processors.settings import PipelineConfig
+from producers.sim.simulation import SimConfig, Simulation
+from schemas.errors import ConfigError
+from schemas.records import TelemetryBatch
+from sinks.guard import Guard, GuardConfig
+from sinks.guard_state import GuardState
+from tests.unit.test_guard import diag
+
+JOB = "j1"
+
+
+def feed(det: TelemetryLiveness, hosts: list[str], t0: int, t1: int, period: int = 1,
+         stop: dict[str, int] | None = None) -> list:
+    """Every host's batch each ``period`` s in [t0, t1) (a host of ``stop``: until then),
+    with ``advance`` after each, as the InputProcessor calls it."""
+    out = []
+    for t in range(t0, t1, period):
+        for h in hosts:
+            if t < (stop or {}).get(h, t1):
+                det.observe(TelemetryBatch(h, float(t), {}, JOB))
+            out += det.advance(float(t)).diagnoses
+    return out
+
+
+def test_hosts_that_stop_together_make_one_host_dark_diagnosis() -> None:
+    det = TelemetryLiveness(JOB)
+    hosts = [f"h{i}" for i in range(8)]
+    assert feed(det, hosts, 0, 100) == []
+    out = feed(det, hosts, 100, 200, stop={"h2": 100, "h3": 100})
+    [d] = out
+    assert d.kind == "host_dark" and d.detector == "telemetry_liveness"
+    assert d.culprits.hosts == ("h2", "h3") and d.evidence["hosts_down"] == ["h2", "h3"]
+    assert d.evidence["actions"] == [] and d.evidence["rule"] == "telemetry_dark"
+    assert d.event_ts == 99.0 and d.detected_ts == 115.0  # silent for more than dark_s = 15 s
+    assert d.evidence["live_hosts"] == 6 and "h2, h3 stopped sending telemetry" in d.summary
+    # heard again, it re-arms: a second outage is a new diagnosis with its own id
+    again = feed(det, hosts, 200, 300, stop={"h2": 250})
+    assert [x.culprits.hosts for x in again] == [("h2",)] and again[0].id != d.id
+
+
+def test_no_verdict_when_half_the_job_is_silent_or_too_few_hosts() -> None:
+    det = TelemetryLiveness(JOB)
+    hosts = [f"h{i}" for i in range(4)]
+    feed(det, hosts, 0, 50)
+    assert feed(det, hosts, 50, 120, stop={"h0": 50, "h1": 50}) == []  # the telemetry is late
+    two = TelemetryLiveness(JOB)
+    feed(two, ["a", "b"], 0, 50)
+    assert feed(two, ["a", "b"], 50, 120, stop={"a": 50}) == []  # nobody to compare with
+    off = TelemetryLiveness(JOB, LivenessConfig(dark_s=0))
+    feed(off, hosts, 0, 50)
+    assert feed(off, hosts, 50, 120, stop={"h0": 50}) == []
+
+
+def test_slow_senders_wait_three_intervals_and_old_silence_is_not_this_incident() -> None:
+    det = TelemetryLiveness(JOB)
+    hosts = [f"h{i}" for i in range(6)]
+    feed(det, hosts, 0, 100, period=10)
+    [d] = feed(det, hosts, 100, 200, period=10, stop={"h5": 100})
+    assert d.detected_ts == 130.0 and d.evidence["dark_s"] == 30.0  # 3 x 10 s, not 15 s
+    late = TelemetryLiveness(JOB, LivenessConfig(dark_recent_s=20.0))
+    feed(late, hosts, 0, 100, period=10)
+    assert feed(late, hosts, 100, 200, period=10, stop={"h5": 100}) == []  # out of the pool
+
+
+def test_other_jobs_and_non_finite_times_are_left_to_the_zscore_detector() -> None:
+    det = TelemetryLiveness(JOB)
+    assert det.observe(TelemetryBatch("x", 1.0, {}, "other")).diagnoses == []
+    assert det.observe(TelemetryBatch("x", float("nan"), {}, JOB)).diagnoses == []
+    assert det.last == {}
+
+
+def test_snapshot_resumes_to_the_same_diagnoses() -> None:
+    hosts = [f"h{i}" for i in range(6)]
+    whole = TelemetryLiveness(JOB)
+    feed(whole, hosts, 0, 100)
+    expect = feed(whole, hosts, 100, 200, stop={"h1": 110})
+    first = TelemetryLiveness(JOB)
+    feed(first, hosts, 0, 100)
+    feed(first, hosts, 100, 120, stop={"h1": 110})
+    second = TelemetryLiveness.restore(first.snapshot(), JOB)
+    assert second.snapshot() == first.snapshot()
+    got = feed(second, hosts, 120, 200, stop={"h1": 110})
+    assert [d.to_wire() for d in got] == [d.to_wire() for d in expect] and len(got) == 1
+    with pytest.raises(ConfigError, match="v2"):
+        TelemetryLiveness.restore({"v": 2}, JOB)
+
+
+@pytest.mark.parametrize("bad", [dict(dark_s=-1.0), dict(check_s=0.0), dict(min_hosts=1),
+                                 dict(dark_s=30.0, dark_recent_s=10.0),
+                                 dict(dark_s=float("nan"))])
+def test_config_errors(bad: dict) -> None:
+    with pytest.raises(ConfigError, match="liveness"):
+        LivenessConfig(**bad)
+
+
+def _dark(hosts: list[str], ts: float = 1000.0):
+    d = diag(kind="host_dark", actions=[], ts=ts, event_ts=ts - 16.0)
+    d.evidence["hosts_down"] = list(hosts)
+    return d
+
+
+def _silent(host: str, ts: float = 1015.0):
+    return diag(kind="hang_compute", actions=[("isolate_host", host), ("restart_job", "j1")],
+                ts=ts, event_ts=984.0)
+
+
+def test_guard_lets_isolations_of_hosts_shown_dark_past_the_cap() -> None:
+    g = Guard(job_hosts=lambda job: 12)  # cap max(2, 10% of 12) = 2
+    assert g.decide(_dark(["h16", "h17", "h18", "h19"])).commands == ()
+    done = [c.target for h in ("h16", "h17", "h18", "h19")
+            for c in g.decide(_silent(h)).commands if c.action == "isolate_host"]
+    assert done == ["h16", "h17", "h18", "h19"]
+    later = g.decide(diag(actions=[("isolate_host", "h1"), ("isolate_host", "h2")], ts=1500.0))
+    assert [c.target for c in later.commands] == ["h1", "h2"]  # the dark four left the cap whole
+    assert GuardState.from_wire(g._s.to_wire()).dark == g._s.dark and len(g._s.dark) == 4
+    # without the host_dark diagnosis, the same four are capped: a bad update, rolled back
+    blind = Guard(job_hosts=lambda job: 12)
+    outs = [blind.decide(_silent(h)) for h in ("h16", "h17", "h18", "h19")]
+    assert [c.action for o in outs for c in o.commands].count("rollback_update") == 1
+
+
+def test_guard_refuses_netdiag_of_links_to_a_dark_host_only() -> None:
+    g = Guard(job_hosts=lambda job: 12)
+    g.decide(_dark(["h16"]))
+    dec = g.decide(diag(kind="hang_network", ts=1010.0, event_ts=990.0, actions=[
+        ("run_netdiag", "h15<->h16"), ("run_netdiag", "h3<->h4")]))
+    assert [c.target for c in dec.commands] == ["h3<->h4"]
+    assert [(r.target, r.reason) for r in dec.refusals] == [("h15<->h16", "endpoint_down")]
+    # an onset far from the diagnosis' evidence, or the policy off: no exception
+    far = g.decide(diag(kind="hang_network", ts=5000.0, event_ts=4990.0,
+                        actions=[("run_netdiag", "h15<->h16")]))
+    assert [c.target for c in far.commands] == ["h15<->h16"]
+    off = Guard(GuardConfig(down_hosts_past_cap=False), job_hosts=lambda job: 12)
+    off.decide(_dark(["h16"]))
+    dec = off.decide(diag(kind="hang_network", ts=1010.0, event_ts=990.0,
+                          actions=[("run_netdiag", "h15<->h16")]))
+    assert [c.target for c in dec.commands] == ["h15<->h16"]
+    with pytest.raises(ConfigError, match="down_window_s"):
+        GuardConfig(down_window_s=-1.0)
+
+
+def test_rack_power_loss_without_heartbeats_isolates_the_rack() -> None:
+    """Agents that send no heartbeat (heartbeat_s 0): the tree cannot see dark hosts, and the
+    CCL records alone cannot tell a rack's power from crashed processes."""
+    sim = Simulation(SimConfig(hosts=16, hosts_per_job=8, pp=2, hosts_per_pod=4,
+                               scenario="rack_power_loss", seed=11, duration_s=420,
+                               heartbeat_s=0))
+    engine = Engine(PipelineConfig(), sim.inventory)
+    for topic, _key, _ts, value in sim.iter_encoded():
+        engine.feed(topic, value)
+    engine.finish()
+    result = score(sim.truth, engine.sink.diagnoses, engine.sink.commands)
+    actions = {(c.action, c.target) for c in engine.sink.commands}
+    down = sim.truth[0]["culprit"]["hosts"]
+    assert {("isolate_host", h) for h in down} <= actions
+    assert not any(a in ("rollback_update", "run_netdiag") for a, _ in actions)
+    assert result.precision == 1.0 and result.recall == 1.0 and result.false_isolations == 0
+    [dark] = [d for d in engine.sink.diagnoses if d.kind == "host_dark"]
+    assert list(dark.culprits.hosts) == sorted(down)
