@@ -232,25 +232,39 @@ class AlignmentDetector:
 
     # ---- the three rules -----------------------------------------------------------------
     def _silent(self, out: Outputs, comm: str, ranks: list[int]) -> None:
+        """One diagnosis for the hosts that went silent together (a rack's power: all or
+        none of them past the guard's cap); a host already in an incident only joins it."""
         mem = self.roster.members[comm]
+        new: dict[str, float] = {}  # host -> its last report
         for host in sorted({mem[r].host for r in ranks}):
-            mine = [r for r in ranks if mem[r].host == host]
-            since = min(mem[r].seen_ts for r in mine)
             if f"host|{host}" in self.incidents:
                 self._emit(out, f"host|{host}", comm, None)
-                continue
-            quiet = sorted(gpu_id(h, g) for (h, g), comms in self.roster.by_gpu.items()
-                           if h == host and all(self.roster.members[c][r].seen_ts <= since
-                                                for c, r in comms.items()))
-            ev = {"actions": [["isolate_host", host], *restart_actions(self.job, (host,))],
-                  "comm": comm, "ranks": mine, "silent_gpus": quiet, "silent_since": since,
-                  "stall_s": self.cfg.stall_s}
-            self._emit(out, f"host|{host}", comm, make_diagnosis(
-                job=self.job, kind="hang_compute", detector=DETECTOR, rule="rank_silent",
-                event_ts=since, detected_ts=self.watermark, hosts=[host],
-                evidence=ev, confidence=0.8,
-                summary=f"{host} stopped reporting CCL counters at {since:.3f} while its peers "
-                        f"in communicator {comm} kept reporting, stalled"))
+            else:
+                new[host] = min(mem[r].seen_ts for r in ranks if mem[r].host == host)
+        if not new:
+            return
+        hosts = list(new)
+        since = min(new.values())
+        quiet = sorted(gpu_id(h, g) for (h, g), comms in self.roster.by_gpu.items()
+                       if h in new and all(self.roster.members[c][r].seen_ts <= new[h]
+                                           for c, r in comms.items()))
+        ev: dict[str, Any] = {
+            "actions": [*(["isolate_host", h] for h in hosts),
+                        *restart_actions(self.job, hosts)],
+            "comm": comm, "ranks": [r for r in ranks if mem[r].host in new],
+            "silent_gpus": quiet, "silent_since": since, "stall_s": self.cfg.stall_s}
+        if len(hosts) > 1:
+            ev["silent_since_by_host"] = new
+        who = hosts[0] if len(hosts) == 1 else f"{', '.join(hosts[:-1])} and {hosts[-1]}"
+        diag = make_diagnosis(
+            job=self.job, kind="hang_compute", detector=DETECTOR, rule="rank_silent",
+            event_ts=since, detected_ts=self.watermark, hosts=hosts, evidence=ev, confidence=0.8,
+            summary=f"{who} stopped reporting CCL counters at {since:.3f} while "
+                    f"{'its' if len(hosts) == 1 else 'their'} peers in communicator {comm} "
+                    "kept reporting, stalled")
+        for i, h in enumerate(hosts):
+            self._emit(out, f"host|{h}", comm, diag if i == 0 else None)
+            self.incidents.setdefault(f"host|{h}", [comm])
 
     def _lag_evidence(self, comm: str, rank: int, blocked: set[tuple[str, int | str]]
                       ) -> tuple[list[dict[str, Any]], float] | None:

@@ -235,6 +235,23 @@ def test_silent_host_is_the_suspect_once() -> None:
     assert d.evidence["actions"] == [["isolate_host", "h0007"], ["restart_job", JOB]]
 
 
+def test_hosts_silent_together_are_one_diagnosis() -> None:
+    """A rack's power: the guard takes all of them past its cap or none, and the job
+    restarts once, not once per host."""
+    job, det = SynthJob(), AlignmentDetector(JOB)
+    run(det, job, 10)
+    job.kill(8)
+    job.silent.update({9, 10})  # the same instant (kill keeps one fault)
+    out = run(det, job, 60)
+    [d] = out.diagnoses
+    hosts = ("h0008", "h0009", "h0010")
+    assert (d.evidence["rule"], d.culprits.hosts) == ("rank_silent", hosts)
+    assert d.evidence["actions"] == [*(["isolate_host", h] for h in hosts), ["restart_job", JOB]]
+    assert sorted(d.evidence["silent_since_by_host"]) == list(hosts)
+    assert len(d.evidence["silent_gpus"]) == 24 and "h0008, h0009 and h0010 stopped" in d.summary
+    assert run(det, job, 30).diagnoses == []  # every one of them is in the incident
+
+
 @pytest.mark.parametrize("keep_reporting", [True, False])
 def test_job_end_is_not_a_hang(keep_reporting: bool) -> None:
     job, det = SynthJob(), AlignmentDetector(JOB)
