@@ -288,7 +288,9 @@ def shared_switch(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicL
     scattered troubles of many ranks behind one switch point at the switch, not at each
     link. The ToR holding the most troubled hosts is the suspect when it holds at least
     ``min_hosts`` of them, more than half of all troubled hosts, and at least ``min_share``
-    of the communicator's hosts behind it (two or three bad links among 32 stay links).
+    of the communicator's hosts behind it (two or three bad links among 32 stay links); or
+    when it holds every one of the communicator's hosts behind it (2+, a small pod) and the
+    only other troubled hosts are at most 2, their ring neighbours.
     Unknown ToRs ("tor": no inventory) never count. None when no switch qualifies."""
     top = _top_switch(loc, roster, comm, tor_of) if min_hosts >= 1 else None
     if top is None:
@@ -296,7 +298,11 @@ def shared_switch(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicL
     tor, under, troubled = top
     behind = {m.host for m in roster.members.get(comm, {}).values()
               if tor_of(m.host, m.gpu) == tor}
-    if len(under) < min_hosts or 2 * len(under) <= troubled or len(under) < min_share * len(behind):
+    # a small pod: every host of the communicator behind it (2+) is troubled, and beyond them
+    # at most their 2 ring neighbours, who send into it (one bad link troubles no third host)
+    whole = 2 <= len(under) == len(behind) and len(under) < troubled <= len(under) + 2
+    if ((len(under) < min_hosts or 2 * len(under) <= troubled) and not whole) \
+            or len(under) < min_share * len(behind):
         return None
     nics = sorted({tor_of.nic(m.host, m.gpu) for m in under.values()})
     return SwitchSuspect(tor, [link_id(n, tor) for n in nics][:max_links], sorted(under),

@@ -23,8 +23,8 @@ the culprit: ONE ``slow_compute`` diagnosis names the host and its slow GPUs, ac
 incident, leaving the job on a host that is slow everywhere.
 
 Switch roll-up (Aegis §2: rail-optimised wiring sends NIC i of every host of a pod to one
-ToR): when NICs of at least ``switch_min_hosts`` hosts behind one ToR are ``slow_network``
-together, and they are at least ``switch_min_share`` of the job's hosts behind it, ONE
+ToR): when NICs of at least ``switch_min_hosts`` hosts behind one ToR (or of every one of the
+job's hosts behind it, at least 2: a small pod) are ``slow_network`` together, and they are at least ``switch_min_share`` of the job's hosts behind it, ONE
 ``slow_network`` diagnosis names the switch and its links, action ``run_netdiag`` on the
 ToR; NICs behind it flagged later join it silently.
 
@@ -277,7 +277,9 @@ class Correlator:
         hosts = sorted({next(iter(self._devices[n]["flags"].values())).host for n in nics})
         inv = self.inventory.hosts
         behind = [h for h in self.job_hosts() if h in inv and tor in inv[h].tor]
-        if len(hosts) < self.switch_min_hosts or len(hosts) < self.switch_min_share * len(behind):
+        whole = len(hosts) >= 2 and len(hosts) == len(behind)  # every job host behind it, 2+
+        if (len(hosts) < self.switch_min_hosts and not whole) \
+                or len(hosts) < self.switch_min_share * len(behind):
             return None
         per = {n: self._devices[n]["flags"] for n in nics}
         support = {n: classify("nic", per[n])[1] for n in nics}

@@ -118,8 +118,9 @@ def switch_of_nics(events: Sequence[TreeEvent], inventory: Inventory | None,
                    members: AbstractSet[str], cfg: DecisionTreeConfig) -> tuple[str, list[str]] | None:
     """Aegis §2 rail-optimised wiring: NIC i of every host of a pod meets one ToR, so NIC
     faults (link down, port errors) logged by at least ``switch_min_hosts`` hosts behind one
-    ToR, more than half of the hosts with NIC faults and at least ``switch_min_share`` of the
-    job's hosts behind it, are that switch's: (ToR, their NIC↔ToR links), else None."""
+    ToR (or by every one of the job's hosts behind it, at least 2: a small pod), more than half
+    of the hosts with NIC faults and at least ``switch_min_share`` of the job's hosts behind
+    it, are that switch's: (ToR, their NIC↔ToR links), else None."""
     min_hosts, min_share = cfg.switch_min_hosts, cfg.switch_min_share
     if min_hosts < 1 or inventory is None:
         return None
@@ -137,7 +138,9 @@ def switch_of_nics(events: Sequence[TreeEvent], inventory: Inventory | None,
         return None
     tor, under = min(by_tor.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     behind = [h for h in members if h in inventory.hosts and tor in inventory.hosts[h].tor]
-    if len(under) < min_hosts or 2 * len(under) <= len(faulted) or len(under) < min_share * len(behind):
+    whole = len(under) >= 2 and len(under) == len(behind)  # every job host behind it, 2+
+    if (len(under) < min_hosts and not whole) or 2 * len(under) <= len(faulted) \
+            or len(under) < min_share * len(behind):
         return None
     return tor, sorted(link_id(n, tor) for n in under.values())
 
