@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import ConfigError
-from schemas.records import ACTIONS, Culprits, Diagnosis, IsolationCommand, diagnosis_id
+from schemas.records import Culprits, Diagnosis, IsolationCommand, diagnosis_id
 from sinks.base import GuardRefusal, SinkItem
+from sinks.guard_actions import ISOLATING_ACTIONS, parse_actions
 from sinks.guard_state import GuardState
 
-ISOLATING_ACTIONS = ("isolate_host", "isolate_gpu")
 SYSTEMIC_ACTIONS = ("rollback_update", "run_offline_diag")
 SNAPSHOT_VERSION = 1
 
@@ -166,7 +166,8 @@ class Guard:
             refusals.append(GuardRefusal(d.id, action, target, reason, d.job, detail, t))
 
         s.note_dark(d)
-        isolations, others = self._parse_actions(d, refuse)
+        isolations, others = parse_actions(d, refuse)
+        down = self._down(d)
         if d.kind in self.config.no_isolation_kinds:
             for h in d.culprits.hosts:
                 s.explained[(d.job, h)] = float(d.event_ts)
@@ -188,7 +189,7 @@ class Guard:
                        f"(the job's own failure, not its hardware): this {d.kind} follows it")
                 isolations.remove((a, tgt))
         if isolations and d.kind not in self.config.no_isolation_kinds:
-            verdict = self._check_caps(d, t, isolations)
+            verdict = self._check_caps(d, t, isolations, down)
             if verdict is not None:
                 reason, detail = verdict
                 for a, tgt in isolations:
@@ -201,7 +202,6 @@ class Guard:
                         raised.append(raised_cmd[0])
                         commands.append(raised_cmd[1])
             else:
-                down = self._down(d)
                 for a, tgt in isolations:
                     if self._issue(d, t, a, tgt, commands, refuse):
                         bisect.insort(s.isolations, (t, d.job, host_of(tgt)))
@@ -214,7 +214,7 @@ class Guard:
                        "another detector already named the culprit of this job within the "
                        "window; offline diagnosis is the fallback when nothing else fits")
                 continue
-            if a == "run_netdiag" and (gone := sorted(self._down(d) & {host_of(x) for x in tgt.split("<->")})):
+            if a == "run_netdiag" and (gone := sorted(down & {host_of(x) for x in tgt.split("<->")})):
                 refuse(a, tgt, "endpoint_down",
                        f"host {', '.join(gone)} of the link is down (no telemetry or heartbeat): "
                        "its connections failed with it, the link is no suspect")
@@ -276,37 +276,15 @@ class Guard:
         return any(j == job and a == "run_netdiag" and abs(ts - t) <= w
                    for (j, a, _), ts in self._s.issued.items())
 
-    def _parse_actions(self, d: Diagnosis, refuse: Callable[..., None]
-                       ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        raw = d.evidence.get("actions", []) if isinstance(d.evidence, Mapping) else []
-        if not isinstance(raw, list | tuple):
-            refuse(str(raw)[:64], "", "malformed_action", "evidence.actions is not a list")
-            return [], []
-        isolations: list[tuple[str, str]] = []
-        others: list[tuple[str, str]] = []
-        for entry in raw:
-            if (not isinstance(entry, list | tuple) or len(entry) != 2
-                    or not all(isinstance(x, str) and x for x in entry)):
-                refuse(str(entry)[:64], "", "malformed_action",
-                       f"diagnosis {d.id}: action {entry!r} is not [action, target]")
-                continue
-            a, tgt = str(entry[0]), str(entry[1])
-            if a not in ACTIONS:
-                refuse(a, tgt, "unknown_action", f"{a!r} is not one of {list(ACTIONS)}")
-                continue
-            bucket = isolations if a in ISOLATING_ACTIONS else others
-            if (a, tgt) not in bucket:
-                bucket.append((a, tgt))
-        return isolations, others
-
-    def _check_caps(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]]
-                    ) -> tuple[str, str] | None:
-        """None when the isolations fit both caps, else (reason, detail)."""
+    def _check_caps(self, d: Diagnosis, t: float, isolations: list[tuple[str, str]],
+                    down: set[str]) -> tuple[str, str] | None:
+        """None when the isolations fit both caps (hosts ``down`` past the job's), else
+        (reason, detail)."""
         cfg = self.config
         wanted = {host_of(tgt) for _, tgt in isolations}
         job_hosts = {h for _, job, h in self._isolations_near(t, cfg.window_s) if job == d.job}
         job_hosts -= {h for (job, h) in self._s.down if job == d.job}
-        new = wanted - job_hosts - self._down(d)
+        new = wanted - job_hosts - down
         size = self.job_size(d.job)
         cap = cfg.job_cap(size)
         if len(job_hosts) + len(new) > cap:

@@ -20,9 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
+from processors.core.base import (
+    Outputs,
+    Rejection,
+    check_snapshot_v1,
+    gpu_id,
+    make_diagnosis,
+    restart_actions,
+)
 from processors.core.ccl_state import (
     CommRoster,
+    RankCounters,
+    gpu_key,
     links_for,
     localise,
     shared_switch,
@@ -66,28 +75,6 @@ class AlignmentConfig:
                               "switch_min_hosts >= 0, 0 <= switch_min_share <= 1")
 
 
-@dataclass(slots=True)
-class _Counters:
-    cl: int
-    wr: int
-    wc: int
-    changed_ts: float  # record time at which this CL value was first seen
-    src: tuple[OpCounters, ...]  # the rank's counters at that time (only op and cl are read)
-
-    @property
-    def ops(self) -> tuple[tuple[str, int], ...]:
-        """Per collective kind CL at the change, sorted, for evidence (sums to cl)."""
-        return tuple(sorted((o.op, o.cl) for o in self.src))[:16]
-
-
-def _gpu_key(m: Any) -> tuple[str, int | str]:
-    """A GPU's identity across communicators. Ranks whose GPU the plugin could not tell
-    (gpu -1) share one key per host: any of them blocked in a stalled op makes every one of
-    them a possible victim. That may miss a compute hang on such a host, but never names a
-    victim (a rank waiting on another communicator) as the culprit."""
-    return (m.host, m.gpu) if m.gpu >= 0 else (m.host, "?")
-
-
 class AlignmentDetector:
     """Aegis §4.2 CL/WR/WC alignment over one job's CCLRecords."""
 
@@ -98,7 +85,7 @@ class AlignmentDetector:
         self.job = job
         self.cfg = cfg = config if config is not None else AlignmentConfig()
         self.roster = CommRoster(cfg.max_comms, cfg.max_peers)
-        self.counters: dict[str, dict[int, _Counters]] = {}
+        self.counters: dict[str, dict[int, RankCounters]] = {}
         self.last_change: dict[str, float] = {}  # comm -> latest CL change of any rank
         self.incidents: dict[str, list[str]] = {}  # culprit key -> communicators involved
         self.advanced: set[str] = set()  # incidents one of whose communicators advanced
@@ -146,7 +133,7 @@ class AlignmentDetector:
                 self._reject(out, rec.host, "counter_reset",
                              f"comm {comm} rank {snap.rank}: CL {old.cl} -> {cl}", ts)
             if old is None:
-                ranks[snap.rank] = _Counters(cl, wr, wc, ts, snap.ops)
+                ranks[snap.rank] = RankCounters(cl, wr, wc, ts, snap.ops)
             else:
                 old.cl, old.wr, old.wc, old.changed_ts, old.src = cl, wr, wc, ts, snap.ops
             last = self.last_change.get(comm)
@@ -217,7 +204,7 @@ class AlignmentDetector:
             if kind in ("silent", "lag", "net"):
                 top = max(x.cl for x in self.counters[c].values())
                 mem = self.roster.members[c]
-                blocked.update(_gpu_key(mem[r]) for r, x in self.counters[c].items()
+                blocked.update(gpu_key(mem[r]) for r, x in self.counters[c].items()
                                if kind == "net" or (x.cl == top and r not in ranks))
         lagging: list[tuple[str, int]] = []
         for c, (kind, ranks) in verdicts.items():
@@ -271,7 +258,7 @@ class AlignmentDetector:
         """(where the GPU lags, the first report of a peer ahead) or None: a victim (blocked inside
         another stalled communicator) or undecided (at the top of one not settled yet)."""
         m = self.roster.members[comm][rank]
-        if _gpu_key(m) in blocked:
+        if gpu_key(m) in blocked:
             return None
         stalled_for = self.watermark - self.last_change[comm]
         lags, since = [], float("inf")
@@ -393,14 +380,13 @@ class AlignmentDetector:
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: AlignmentConfig | None = None,
                 inventory: Inventory | None = None) -> AlignmentDetector:
-        if state.get("v") != 1:
-            raise ConfigError(f"alignment snapshot v{state.get('v')} not readable (reads v1)")
+        check_snapshot_v1(state, "alignment")
         det = cls(job, config, inventory)
         det.watermark, det.next_eval = float(state["watermark"]), float(state["next_eval"])
         det.roster = CommRoster.from_wire(state["roster"], det.cfg.max_comms, det.cfg.max_peers)
         for comm, changed, rows in state["counters"]:
             det.last_change[comm] = float(changed)
-            det.counters[comm] = {int(r): _Counters(int(cl), int(wr), int(wc), float(ts),
+            det.counters[comm] = {int(r): RankCounters(int(cl), int(wr), int(wc), float(ts),
                                                     tuple(OpCounters(str(o), int(n), 0, 0)
                                                           for o, n in ops))
                                   for r, cl, wr, wc, ts, ops in rows}

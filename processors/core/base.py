@@ -18,6 +18,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schemas.errors import ConfigError
 from schemas.records import Culprits, Diagnosis, diagnosis_id
 
 if TYPE_CHECKING:
@@ -92,6 +93,18 @@ def beyond_few(n: int, total: int, floor: int, share: float) -> bool:
     """More than ``max(floor, share x total)``: not "a few hosts that differ" (Aegis §5.1's
     limit) but a population of its own (a pipeline stage, a rack, a hardware mix)."""
     return n > max(floor, share * total)
+
+
+def whole_pod(troubled: int, behind: int) -> bool:
+    """Every one of the job's hosts behind a ToR, at least 2, troubled on it: a small pod's
+    switch, though fewer hosts than a switch roll-up's ``switch_min_hosts``."""
+    return 2 <= troubled == behind
+
+
+def check_snapshot_v1(state: Mapping[str, Any], what: str) -> None:
+    """A detector snapshot must be version 1: else a ConfigError naming ``what``."""
+    if state.get("v") != 1:
+        raise ConfigError(f"{what} snapshot v{state.get('v')} not readable (reads v1)")
 
 
 def host_wide(slow: int, gpus: int, share: float) -> bool:

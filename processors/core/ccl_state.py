@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import link_id, nic_id
+from processors.core.base import link_id, nic_id, whole_pod
 from schemas.inventory import Inventory
-from schemas.records import RankSnapshot
+from schemas.records import OpCounters, RankSnapshot
 
 
 @dataclass(slots=True)
@@ -300,7 +300,7 @@ def shared_switch(loc: Localisation, roster: CommRoster, comm: str, tor_of: NicL
               if tor_of(m.host, m.gpu) == tor}
     # a small pod: every host of the communicator behind it (2+) is troubled, and beyond them
     # at most their 2 ring neighbours, who send into it (one bad link troubles no third host)
-    whole = 2 <= len(under) == len(behind) and len(under) < troubled <= len(under) + 2
+    whole = whole_pod(len(under), len(behind)) and len(under) < troubled <= len(under) + 2
     if ((len(under) < min_hosts or 2 * len(under) <= troubled) and not whole) \
             or len(under) < min_share * len(behind):
         return None
@@ -322,3 +322,27 @@ def bad_number(x: float) -> str:
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
         return "not_finite"
     return "negative" if x < 0 else ""
+
+
+@dataclass(slots=True)
+class RankCounters:
+    """A rank's CL/WR/WC at its last CL change (the alignment detector's view, Aegis §4.2)."""
+
+    cl: int
+    wr: int
+    wc: int
+    changed_ts: float  # record time at which this CL value was first seen
+    src: tuple[OpCounters, ...]  # the rank's counters at that time (only op and cl are read)
+
+    @property
+    def ops(self) -> tuple[tuple[str, int], ...]:
+        """Per collective kind CL at the change, sorted, for evidence (sums to cl)."""
+        return tuple(sorted((o.op, o.cl) for o in self.src))[:16]
+
+
+def gpu_key(m: Any) -> tuple[str, int | str]:
+    """A GPU's identity across communicators. Ranks whose GPU the plugin could not tell
+    (gpu -1) share one key per host: any of them blocked in a stalled op makes every one of
+    them a possible victim. That may miss a compute hang on such a host, but never names a
+    victim (a rank waiting on another communicator) as the culprit."""
+    return (m.host, m.gpu) if m.gpu >= 0 else (m.host, "?")

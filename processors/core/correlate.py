@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from processors.core.base import host_wide, link_id, local_id, make_diagnosis
+from processors.core.base import host_wide, link_id, local_id, make_diagnosis, whole_pod
 from schemas.inventory import Inventory
 from schemas.metrics import metrics_for
 from schemas.records import Diagnosis
@@ -277,8 +277,7 @@ class Correlator:
         hosts = sorted({next(iter(self._devices[n]["flags"].values())).host for n in nics})
         inv = self.inventory.hosts
         behind = [h for h in self.job_hosts() if h in inv and tor in inv[h].tor]
-        whole = len(hosts) >= 2 and len(hosts) == len(behind)  # every job host behind it, 2+
-        if (len(hosts) < self.switch_min_hosts and not whole) \
+        if (len(hosts) < self.switch_min_hosts and not whole_pod(len(hosts), len(behind))) \
                 or len(hosts) < self.switch_min_share * len(behind):
             return None
         per = {n: self._devices[n]["flags"] for n in nics}

@@ -26,7 +26,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from processors.core.base import Outputs, Rejection, gpu_id, host_wide, make_diagnosis
+from processors.core.base import (
+    Outputs,
+    Rejection,
+    check_snapshot_v1,
+    gpu_id,
+    host_wide,
+    make_diagnosis,
+)
 from processors.core.ccl_state import (
     CommRoster,
     bad_number,
@@ -39,7 +46,6 @@ from processors.core.ccl_state import (
 from processors.core.tdn_config import NO_TD_OPS, TDNConfig
 from processors.core.tdn_host import is_victim, short_gpus, spans_hosts
 from processors.core.tdn_state import OpState, Streak
-from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.records import CCLRecord, OpCounters, RankSnapshot
 
@@ -371,8 +377,7 @@ class TDNDetector:
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: TDNConfig | None = None,
                 inventory: Inventory | None = None) -> TDNDetector:
-        if state.get("v") != 1:
-            raise ConfigError(f"tdn snapshot v{state.get('v')} not readable (reads v1)")
+        check_snapshot_v1(state, "tdn")
         det = cls(job, config, inventory)
         det.watermark, det.next_sweep = float(state["watermark"]), float(state["next_sweep"])
         det.roster = CommRoster.from_wire(state["roster"], det.cfg.max_comms, det.cfg.max_peers)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.base import Outputs, make_diagnosis
+from processors.core.base import Outputs, check_snapshot_v1, make_diagnosis
 from schemas.errors import ConfigError
 from schemas.inventory import Inventory
 from schemas.records import TelemetryBatch
@@ -135,8 +135,7 @@ class TelemetryLiveness:
     @classmethod
     def restore(cls, state: Mapping[str, Any], job: str, config: LivenessConfig | None = None,
                 inventory: Inventory | None = None) -> TelemetryLiveness:
-        if state.get("v") != 1:
-            raise ConfigError(f"liveness snapshot v{state.get('v')} not readable (reads v1)")
+        check_snapshot_v1(state, "liveness")
         det = cls(job, config, inventory)
         det.watermark, det.next_check = float(state["watermark"]), float(state["next_check"])
         for h, t, p in state.get("hosts", []):

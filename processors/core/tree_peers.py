@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
-from processors.core.base import link_id, nic_named
+from processors.core.base import link_id, nic_named, whole_pod
 from processors.core.root_diag import Edge
 from processors.core.tree_events import (
     HOST_SIDE,
@@ -138,8 +138,7 @@ def switch_of_nics(events: Sequence[TreeEvent], inventory: Inventory | None,
         return None
     tor, under = min(by_tor.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     behind = [h for h in members if h in inventory.hosts and tor in inventory.hosts[h].tor]
-    whole = len(under) >= 2 and len(under) == len(behind)  # every job host behind it, 2+
-    if (len(under) < min_hosts and not whole) or 2 * len(under) <= len(faulted) \
+    if (len(under) < min_hosts and not whole_pod(len(under), len(behind))) or 2 * len(under) <= len(faulted) \
             or len(under) < min_share * len(behind):
         return None
     return tor, sorted(link_id(n, tor) for n in under.values())
