@@ -317,6 +317,21 @@ def switch_of_most(loc: Localisation, roster: CommRoster, comm: str, tor_of: Nic
     return top[0] if top is not None and 2 * len(top[1]) > top[2] else None
 
 
+def beside_switch(group: list[int], roster: CommRoster, comm: str, tor_of: NicLookup,
+                  tor: str) -> bool:
+    """A troubled group another op shows after ToR ``tor`` was named: at least one of its
+    ranks behind ``tor`` and every other one a ring neighbour (rank ± 1) of a rank behind
+    it, who sends into the slow switch. One bad link troubles no rank beyond its two ends'
+    neighbours, so such a group is that switch's incident, not a link of its own."""
+    members = roster.members.get(comm, {})
+    size = roster.sizes.get(comm, 0)
+    under = {r for r, m in members.items() if tor_of(m.host, m.gpu) == tor}
+    if size < 3 or not under.intersection(group):
+        return False
+    near = under | {(r + d) % size for r in under for d in (-1, 1)}
+    return all(r in near for r in group)
+
+
 def bad_number(x: float) -> str:
     """Rejection reason for a duration/latency value, or "" if it is usable."""
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):

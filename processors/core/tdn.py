@@ -37,6 +37,7 @@ from processors.core.base import (
 from processors.core.ccl_state import (
     CommRoster,
     bad_number,
+    beside_switch,
     links_for,
     localise,
     shared_switch,
@@ -306,6 +307,8 @@ class TDNDetector:
         tor = switch_of_most(loc, self.roster, comm, self.tor_of) if switch is None else None
         if tor is not None and "slow_network|" + tor in self.incidents:
             key = "slow_network|" + tor  # fewer of its hosts seen in another op: that switch
+        elif switch is None:
+            key = self._open_switch(group, comm) or key
         new = False
         for r in group:
             if not streaks[r].fired:
@@ -333,6 +336,16 @@ class TDNDetector:
                     f"take over {self.cfg.beta}x the mean; suspect {what}"))
 
     # ---- incidents -----------------------------------------------------------------------
+    def _open_switch(self, group: list[int], comm: str) -> str | None:
+        """The incident key of a ToR already named whose hosts and their ring neighbours
+        hold the whole group (``beside_switch``), if any."""
+        for key in sorted(self.incidents):
+            tor = key.removeprefix("slow_network|")
+            if tor != key and "<->" not in tor and "," not in tor \
+                    and beside_switch(group, self.roster, comm, self.tor_of, tor):
+                return key
+        return None
+
     def _join(self, key: str, tid: str, s: Streak) -> bool:
         """Attach a fired streak to its incident; True if the incident is new."""
         s.fired = key

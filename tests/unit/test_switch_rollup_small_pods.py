@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.ccl_state import shared_switch, tor_lookup
+from processors.core.ccl_state import beside_switch, shared_switch, tor_lookup
 from processors.core.tree_events import DecisionTreeConfig, TreeEvent
 from processors.core.tree_peers import switch_of_nics
 from processors.engine import Engine
@@ -73,5 +73,35 @@ def test_small_pod_tor_faults_name_the_switch_and_isolate_nobody(scenario: str) 
     # TD/N may see the pod's two hosts alone in one op (a link between them looks the same)
     # before it sees the ToR in another: at most that one link goes to NetDiag first
     assert all(t == tor or t.endswith("<->" + tor) for t in targets) and len(targets) <= 2
+    result = score(sim.truth, eng.sink.diagnoses, eng.sink.commands)
+    assert result.recall == 1.0 and result.false_isolations == 0
+
+
+@pytest.mark.parametrize(("group", "beside"), [
+    ([3, 5], True),  # a host behind tor-p2-r3 and its ring successor
+    ([3], True),  # its ring predecessor alone: no rank behind it
+    ([4], True),
+    ([5, 7], False),  # a rank beyond the neighbours: a fault of its own
+    ([0, 1], False),
+])
+def test_a_later_group_beside_a_named_switch_is_that_switchs(group: list[int],
+                                                              beside: bool) -> None:
+    roster, inv = roster_of(16, 2)  # tor-p2-r3 serves ranks 4 and 5
+    got = beside_switch(group, roster, COMM, tor_lookup(inv), "tor-p2-r3")
+    assert got is (beside and bool({4, 5} & set(group)))
+
+
+def test_a_small_pods_degraded_tor_sends_no_neighbours_link_to_netdiag() -> None:
+    """8 hosts, 2 per pod (seed 31): after TD/N named the ToR, another op's group of one
+    host behind it and its ring neighbour sent both their links to NetDiag (precision 0.75)."""
+    sim = Simulation(SimConfig(hosts=8, hosts_per_job=8, hosts_per_pod=2, seed=31,
+                               scenario="tor_degraded", duration_s=420))
+    eng = Engine(None, inventory=sim.inventory)
+    for topic, _k, _ts, value in sim.iter_encoded():
+        eng.feed(topic, value)
+    eng.finish()
+    (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
+    targets = [c.target for c in eng.sink.commands]
+    assert tor in targets and all(t == tor or t.endswith("<->" + tor) for t in targets)
     result = score(sim.truth, eng.sink.diagnoses, eng.sink.commands)
     assert result.recall == 1.0 and result.false_isolations == 0
