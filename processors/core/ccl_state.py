@@ -319,17 +319,46 @@ def switch_of_most(loc: Localisation, roster: CommRoster, comm: str, tor_of: Nic
 
 def beside_switch(group: list[int], roster: CommRoster, comm: str, tor_of: NicLookup,
                   tor: str) -> bool:
-    """A troubled group another op shows after ToR ``tor`` was named: at least one of its
-    ranks behind ``tor`` and every other one a ring neighbour (rank ± 1) of a rank behind
-    it, who sends into the slow switch. One bad link troubles no rank beyond its two ends'
-    neighbours, so such a group is that switch's incident, not a link of its own."""
+    """A troubled group another op shows after ToR ``tor`` was named: each of its ranks
+    behind ``tor`` or a ring neighbour (rank ± 1) of a rank behind it, who sends into the
+    slow switch. A slow switch slows those too, so while its incident is open such a group
+    is that incident, not a link of its own."""
     members = roster.members.get(comm, {})
     size = roster.sizes.get(comm, 0)
     under = {r for r, m in members.items() if tor_of(m.host, m.gpu) == tor}
-    if size < 3 or not under.intersection(group):
+    if size < 3 or not under:
         return False
     near = under | {(r + d) % size for r in under for d in (-1, 1)}
     return all(r in near for r in group)
+
+
+def open_switch(incidents: Iterable[str], group: list[int], roster: CommRoster, comm: str,
+                tor_of: NicLookup) -> str | None:
+    """The key (``slow_network|<ToR>``) of an open ToR incident beside which the whole
+    group sits (``beside_switch``), if any; link incidents (``a<->b``) never match."""
+    for key in sorted(incidents):
+        tor = key.removeprefix("slow_network|")
+        if tor != key and "<->" not in tor and "," not in tor \
+                and beside_switch(group, roster, comm, tor_of, tor):
+            return key
+    return None
+
+
+Located = tuple[Localisation, list[str], list[str], list[str], SwitchSuspect | None]
+
+
+def locate_group(roster: CommRoster, tor_of: NicLookup, comm: str, group: list[int], size: int,
+                 max_links: int, min_hosts: int, min_share: float) -> Located:
+    """(localisation, links, hosts, suspect NICs, switch) of a troubled group of ``comm``:
+    its links (``links_for``), or the ToR its hosts share (``shared_switch``) and its links."""
+    peers = {} if len(group) == 1 else {r: m.peers for r in group
+                                        if (m := roster.place(comm, r)) is not None}
+    loc = localise(group, peers, size)
+    links, hosts, nics = links_for(loc, roster, comm, tor_of, max_links)
+    switch = shared_switch(loc, roster, comm, tor_of, max_links, min_hosts, min_share)
+    if switch is not None:
+        links, hosts, nics = switch.links, switch.hosts, switch.nics
+    return loc, links, hosts, nics, switch
 
 
 def bad_number(x: float) -> str:

@@ -36,17 +36,23 @@ from processors.core.base import (
 )
 from processors.core.ccl_state import (
     CommRoster,
+    Located,
     bad_number,
-    beside_switch,
-    links_for,
-    localise,
-    shared_switch,
+    locate_group,
+    open_switch,
     switch_of_most,
     tor_lookup,
 )
 from processors.core.tdn_config import NO_TD_OPS, TDNConfig
 from processors.core.tdn_host import is_victim, short_gpus, spans_hosts
-from processors.core.tdn_state import OpState, Streak
+from processors.core.tdn_state import (
+    NetFinding,
+    OpState,
+    Streak,
+    join_incident,
+    leave_incident,
+    merged_by_comm,
+)
 from schemas.inventory import Inventory
 from schemas.records import CCLRecord, OpCounters, RankSnapshot
 
@@ -74,6 +80,7 @@ class TDNDetector:
         self.watermark = 0.0
         self.next_sweep = 0.0
         self.tor_of = tor_lookup(inventory)
+        self.later: list[NetFinding] = []  # link findings of the current call (_settle)
 
     # ---- input ---------------------------------------------------------------------------
     def observe(self, rec: CCLRecord) -> Outputs:
@@ -119,7 +126,7 @@ class TDNDetector:
             st = ops.get(comm, {}).get(op) if dropped else seen
             if st is not None and self.watermark - st.oldest >= timeout:
                 self._expire(out, comm, op, st)
-        return out.extend(self._tick(ts))
+        return self._settle(out.extend(self._tick(ts)))
 
     def _add(self, out: Outputs, rec: CCLRecord, snap: RankSnapshot,
              by_op: dict[str, OpState], o: OpCounters, td: float, n: float) -> OpState | None:
@@ -176,7 +183,7 @@ class TDNDetector:
 
     def advance(self, now: float) -> Outputs:
         self.watermark = max(self.watermark, now)
-        return self._tick(now)
+        return self._settle(self._tick(now))
 
     def _tick(self, now: float) -> Outputs:
         out = Outputs()
@@ -243,7 +250,7 @@ class TDNDetector:
                 else:
                     s.count, s.clean = 0, s.clean + 1
                     if s.fired and s.clean >= persist:
-                        self._unfire(f"{comm}|{op}|{rule}|{r}", s)
+                        leave_incident(self.incidents, f"{comm}|{op}|{rule}|{r}", s)
             if not hot or small:
                 continue
             for r in ranks:
@@ -262,7 +269,7 @@ class TDNDetector:
         s = st.streaks["td_short"][rank]
         tid, host_key = f"{comm}|{op}|td_short|{rank}", f"slow_compute|{m.host}"
         if m.gpu >= 0 and host_key in self.incidents:  # its host was named: the same incident
-            self._join(host_key, tid, s)
+            join_incident(self.incidents, host_key, tid, s)
             return
         gpus, short = short_gpus(self.roster, self.ops, m.host) if m.gpu >= 0 else ([], [])
         whole = host_wide(len(short), len(gpus), self.cfg.host_rollup_share)
@@ -270,7 +277,7 @@ class TDNDetector:
         gid = gpu_id(m.host, m.gpu) if m.gpu >= 0 and not whole else m.host
         action = "isolate_gpu" if gid != m.host else "isolate_host"
         named = [gpu_id(m.host, g) for g in short] if whole else [gid] if m.gpu >= 0 else []
-        if self._join(f"slow_compute|{gid}", tid, s):
+        if join_incident(self.incidents, f"slow_compute|{gid}", tid, s):
             ev = {"actions": [[action, gid]], "comm": comm, "op": op, "rank": rank,
                   "first_seq": s.first_seq * self.cfg.seq_bucket, "td_us": td, "td_mean_us": mean,
                   "ratio": td / mean, "alpha": self.cfg.alpha, "persist": self.cfg.persist,
@@ -292,80 +299,71 @@ class TDNDetector:
         group = sorted(r for r, x in streaks.items() if x.count >= max(1, self.cfg.persist // 2))
         if not group:
             return
-        peers = {} if len(group) == 1 else {r: m.peers for r in group
-                                            if (m := self.roster.place(comm, r)) is not None}
-        loc = localise(group, peers, st.size)
         cfg = self.cfg
-        links, hosts, nics = links_for(loc, self.roster, comm, self.tor_of, cfg.max_links)
-        switch = shared_switch(loc, self.roster, comm, self.tor_of, cfg.max_links,
-                               cfg.switch_min_hosts, cfg.switch_min_share)
-        if switch is not None:
-            links, hosts, nics = switch.links, switch.hosts, switch.nics
+        loc, links, hosts, nics, switch = self._locate(comm, group, st.size)
         if not links:
             return
+        ev = {"actions": [["run_netdiag", t] for t in ([switch.tor] if switch else links)],
+              "comm": comm, "op": op, "localised": "switch" if switch is not None else loc.how,
+              "suspect_nics": nics, "degraded_ranks": group,
+              "n_us": {str(r): vals[r] for r in group if r in vals}, "n_mean_us": mean,
+              "beta": cfg.beta, "window_wrs": cfg.window_wrs,
+              "persist": cfg.persist, "pairs": [list(p) for p in loc.pairs[:32]]}
+        found = NetFinding(comm, op, st, group, loc, links, hosts, switch, ev, ts)
+        if switch is None:  # another op of this call may name its switch: _settle
+            if not any(f.st is st and f.group == group for f in self.later):
+                self.later.append(found)
+        else:
+            self._raise_network(out, found)
+
+    def _locate(self, comm: str, group: list[int], size: int) -> Located:
+        cfg = self.cfg
+        return locate_group(self.roster, self.tor_of, comm, group, size, cfg.max_links,
+                            cfg.switch_min_hosts, cfg.switch_min_share)
+
+    def _settle(self, out: Outputs) -> Outputs:
+        """Raise the link findings of this call once every op in it was evaluated, whatever
+        the ops' order: a ToR named takes in the groups beside it, and the groups one
+        communicator's ops showed together may name the ToR they share."""
+        if not self.later:
+            return out
+        later, self.later = self.later, []
+        live = [f for f in later if self.ops.get(f.comm, {}).get(f.op) is f.st]  # not dropped
+        for found in merged_by_comm(live, self._locate):
+            for f in found:
+                self._raise_network(out, f)
+        return out
+
+    def _raise_network(self, out: Outputs, f: NetFinding) -> None:
+        comm, op, group, switch, loc, links = f.comm, f.op, f.group, f.switch, f.loc, f.links
+        streaks = f.st.streaks["n_high"]
         key = "slow_network|" + (switch.tor if switch is not None else ",".join(links))
         tor = switch_of_most(loc, self.roster, comm, self.tor_of) if switch is None else None
         if tor is not None and "slow_network|" + tor in self.incidents:
             key = "slow_network|" + tor  # fewer of its hosts seen in another op: that switch
-        elif switch is None:
-            key = self._open_switch(group, comm) or key
+        elif switch is None:  # a ToR named before, whose hosts and neighbours hold the group
+            key = open_switch(self.incidents, group, self.roster, comm, self.tor_of) or key
         new = False
         for r in group:
             if not streaks[r].fired:
-                new = self._join(key, f"{comm}|{op}|n_high|{r}", streaks[r]) or new
+                tid = f"{comm}|{op}|n_high|{r}"
+                new = join_incident(self.incidents, key, tid, streaks[r]) or new
         if not new:
             return
-        first = min(streaks[r].first_ts for r in group)
-        targets = [switch.tor] if switch is not None else links
-        ev = {"actions": [["run_netdiag", t] for t in targets], "comm": comm, "op": op,
-              "localised": "switch" if switch is not None else loc.how, "suspect_nics": nics,
-              "degraded_ranks": group,
-              "n_us": {str(r): vals[r] for r in group if r in vals}, "n_mean_us": mean,
-              "beta": self.cfg.beta, "window_wrs": self.cfg.window_wrs,
-              "persist": self.cfg.persist, "pairs": [list(p) for p in loc.pairs[:32]]}
+        ev = f.evidence
         if switch is not None:
-            ev |= {"switch": switch.tor, "switch_hosts": switch.troubled_hosts,
+            ev = ev | {"switch": switch.tor, "switch_hosts": switch.troubled_hosts,
                    "switch_behind": switch.behind}
         what = (f"ToR {switch.tor} ({switch.troubled_hosts} of the ring's {switch.behind} hosts "
                 "behind it are slow)" if switch is not None else ", ".join(links))
         out.diagnoses.append(make_diagnosis(
             job=self.job, kind="slow_network", detector=DETECTOR, rule="n_high",
-            event_ts=first, detected_ts=ts, hosts=hosts, links=links, evidence=ev,
-            confidence={"endpoint": 0.75, "ring": 0.65}.get(loc.how, 0.6),
-            summary=f"work requests of {len(group)} rank(s) in communicator {comm} ({op}) "
+            event_ts=min(streaks[r].first_ts for r in group), detected_ts=f.ts, hosts=f.hosts,
+            links=links, evidence=ev, confidence={"endpoint": 0.75, "ring": 0.65}.get(loc.how, 0.6),
+            summary=f"work requests of {len(ev['degraded_ranks'])} rank(s) in communicator {comm} ({op}) "
                     f"take over {self.cfg.beta}x the mean; suspect {what}"))
 
     # ---- incidents -----------------------------------------------------------------------
-    def _open_switch(self, group: list[int], comm: str) -> str | None:
-        """The incident key of a ToR already named whose hosts and their ring neighbours
-        hold the whole group (``beside_switch``), if any."""
-        for key in sorted(self.incidents):
-            tor = key.removeprefix("slow_network|")
-            if tor != key and "<->" not in tor and "," not in tor \
-                    and beside_switch(group, self.roster, comm, self.tor_of, tor):
-                return key
-        return None
-
-    def _join(self, key: str, tid: str, s: Streak) -> bool:
-        """Attach a fired streak to its incident; True if the incident is new."""
-        s.fired = key
-        ids = self.incidents.get(key)
-        if ids is None:
-            self.incidents[key] = [tid]
-            return True
-        if tid not in ids:
-            ids.append(tid)
-        return False
-
-    def _unfire(self, tid: str, s: Streak) -> None:
-        ids = self.incidents.get(s.fired)
-        if ids is not None:
-            if tid in ids:
-                ids.remove(tid)
-            if not ids:
-                del self.incidents[s.fired]
-        s.fired = ""
-
     def _drop(self, comm: str) -> None:
         self.roster.forget(comm)
         self.ops.pop(comm, None)

@@ -4,8 +4,12 @@ the rules are in processors/core/tdn.py)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from processors.core.ccl_state import Localisation, Located, SwitchSuspect
 
 
 @dataclass(slots=True)
@@ -60,3 +64,68 @@ class OpState:
                       for rule, xs in streaks.items()}
         st.reckon_oldest()
         return comm, op, st
+
+
+@dataclass(slots=True)
+class NetFinding:
+    """A slow-network group found in one evaluation, raised at the end of the call (never
+    part of a snapshot: a call always ends with none left)."""
+
+    comm: str
+    op: str
+    st: OpState
+    group: list[int]
+    loc: Localisation
+    links: list[str]
+    hosts: list[str]
+    switch: SwitchSuspect | None
+    evidence: dict[str, Any]
+    ts: float
+
+
+def join_incident(incidents: dict[str, list[str]], key: str, tid: str, s: Streak) -> bool:
+    """Attach fired streak ``tid`` to incident ``key``; True if the incident is new."""
+    s.fired = key
+    ids = incidents.get(key)
+    if ids is None:
+        incidents[key] = [tid]
+        return True
+    if tid not in ids:
+        ids.append(tid)
+    return False
+
+
+def leave_incident(incidents: dict[str, list[str]], tid: str, s: Streak) -> None:
+    """Re-arm streak ``tid``: out of its incident, which closes with its last streak."""
+    ids = incidents.get(s.fired)
+    if ids is not None:
+        if tid in ids:
+            ids.remove(tid)
+        if not ids:
+            del incidents[s.fired]
+    s.fired = ""
+
+
+def merged_by_comm(found: list[NetFinding], locate: Callable[[str, list[int], int], Located]
+                   ) -> list[list[NetFinding]]:
+    """One call's link findings by communicator, in order. When several ops of one
+    communicator were slow together and their ranks together name a ToR (``locate``: a
+    switch where each op alone saw too few of its hosts), they become that switch's
+    findings: the first carries the evidence of all of them."""
+    by_comm: dict[str, list[NetFinding]] = {}
+    for f in found:
+        by_comm.setdefault(f.comm, []).append(f)
+    out = []
+    for comm, fs in by_comm.items():
+        ops = sorted({f.op for f in fs})
+        if len(ops) > 1:
+            union = sorted({r for f in fs for r in f.group})
+            loc, links, hosts, nics, switch = locate(comm, union, fs[0].st.size)
+            if switch is not None:
+                ev = fs[0].evidence | {
+                    "actions": [["run_netdiag", switch.tor]], "localised": "switch",
+                    "suspect_nics": nics, "degraded_ranks": union, "pairs": [], "ops": ops}
+                fs = [replace(f, loc=loc, links=links, hosts=hosts, switch=switch, evidence=ev)
+                      for f in fs]
+        out.append(fs)
+    return out

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.ccl_state import beside_switch, shared_switch, tor_lookup
+from processors.core.ccl_state import (
+    Located,
+    beside_switch,
+    locate_group,
+    shared_switch,
+    tor_lookup,
+)
+from processors.core.tdn_state import NetFinding, OpState, merged_by_comm
 from processors.core.tree_events import DecisionTreeConfig, TreeEvent
 from processors.core.tree_peers import switch_of_nics
 from processors.engine import Engine
@@ -79,7 +86,7 @@ def test_small_pod_tor_faults_name_the_switch_and_isolate_nobody(scenario: str) 
 
 @pytest.mark.parametrize(("group", "beside"), [
     ([3, 5], True),  # a host behind tor-p2-r3 and its ring successor
-    ([3], True),  # its ring predecessor alone: no rank behind it
+    ([3], True),  # its ring predecessor alone, sending into it
     ([4], True),
     ([5, 7], False),  # a rank beyond the neighbours: a fault of its own
     ([0, 1], False),
@@ -88,13 +95,15 @@ def test_a_later_group_beside_a_named_switch_is_that_switchs(group: list[int],
                                                               beside: bool) -> None:
     roster, inv = roster_of(16, 2)  # tor-p2-r3 serves ranks 4 and 5
     got = beside_switch(group, roster, COMM, tor_lookup(inv), "tor-p2-r3")
-    assert got is (beside and bool({4, 5} & set(group)))
+    assert got is beside
 
 
-def test_a_small_pods_degraded_tor_sends_no_neighbours_link_to_netdiag() -> None:
-    """8 hosts, 2 per pod (seed 31): after TD/N named the ToR, another op's group of one
-    host behind it and its ring neighbour sent both their links to NetDiag (precision 0.75)."""
-    sim = Simulation(SimConfig(hosts=8, hosts_per_job=8, hosts_per_pod=2, seed=31,
+@pytest.mark.parametrize("seed", [31, 5])
+def test_a_small_pods_degraded_tor_sends_no_neighbours_link_to_netdiag(seed: int) -> None:
+    """8 hosts, 2 per pod: after TD/N named the ToR, another op's group of one host behind
+    it and its ring neighbour (seed 31), or of the neighbour alone (seed 5), sent the
+    neighbour's link to NetDiag (precision 0.75 and 0.667)."""
+    sim = Simulation(SimConfig(hosts=8, hosts_per_job=8, hosts_per_pod=2, seed=seed,
                                scenario="tor_degraded", duration_s=420))
     eng = Engine(None, inventory=sim.inventory)
     for topic, _k, _ts, value in sim.iter_encoded():
@@ -105,3 +114,48 @@ def test_a_small_pods_degraded_tor_sends_no_neighbours_link_to_netdiag() -> None
     assert tor in targets and all(t == tor or t.endswith("<->" + tor) for t in targets)
     result = score(sim.truth, eng.sink.diagnoses, eng.sink.commands)
     assert result.recall == 1.0 and result.false_isolations == 0
+
+
+@pytest.mark.parametrize("hosts", [12, 24])
+def test_ops_evaluated_in_one_call_let_the_switch_take_in_the_links_beside_it(hosts: int) -> None:
+    """3 hosts per pod, no heartbeats (seed 23). 12 hosts: one record closed the AllReduce
+    (ranks 0, 2 and 11: no switch) before the AllGather (0, 1, 2, 11: the ToR), and the
+    AllReduce's 3 links went to NetDiag beside the ToR. 24 hosts, jobs of 12: the AllReduce
+    saw 8, 9, 11 and the AllGather 8, 10, 11, each 2 of the pod's 3 hosts, and 4 links went
+    to NetDiag before a later op named the ToR. Link findings now wait for the call's end,
+    where one communicator's ops are also read together."""
+    sim = Simulation(SimConfig(hosts=hosts, hosts_per_job=12, hosts_per_pod=3, seed=23,
+                               heartbeat_s=0.0, scenario="tor_degraded", duration_s=420))
+    eng = Engine(None, inventory=sim.inventory)
+    for topic, _k, _ts, value in sim.iter_encoded():
+        eng.feed(topic, value)
+    eng.finish()
+    (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
+    assert [c.target for c in eng.sink.commands] == [tor]
+
+
+@pytest.mark.parametrize(("groups", "tor"), [
+    (([4, 5], [6, 7]), "tor-p1-r3"),  # two ops, two halves of one pod: its ToR
+    (([5], [6]), None),  # two hosts of a pod of 4: links, as one op would see them
+    (([4, 5], [4, 5]), None),  # the same op kind twice is no second view
+])
+def test_one_communicators_ops_are_read_together(groups: tuple[list[int], ...],
+                                                 tor: str | None) -> None:
+    roster, inv = roster_of(16, 4)
+    tor_of = tor_lookup(inv)
+
+    def locate(comm: str, group: list[int], size: int) -> Located:
+        return locate_group(roster, tor_of, comm, group, size, 8, 3, 0.25)
+
+    ops = ["AllReduce", "AllGather"] if groups[0] != groups[1] else ["AllReduce", "AllReduce"]
+    found = []
+    for op, g in zip(ops, groups, strict=True):
+        loc, links, hosts, _nics, sw = locate(COMM, g, 16)
+        assert sw is None
+        found.append(NetFinding(COMM, op, OpState(16), g, loc, links, hosts, None,
+                                {"degraded_ranks": g}, 1.0))
+    (merged,) = merged_by_comm(found, locate)
+    assert {f.switch.tor if f.switch else None for f in merged} == {tor}
+    if tor is not None:
+        assert merged[0].evidence["degraded_ranks"] == sorted({*groups[0], *groups[1]})
+        assert merged[0].evidence["actions"] == [["run_netdiag", tor]]
