@@ -24,6 +24,7 @@ REFUSAL_REASONS = (
     "already_isolated",  # the host (or one of its GPUs) was isolated for this incident
     "explained_by_config",  # a config diagnosis explained the host's failure (its consequence)
     "endpoint_down",  # run_netdiag of a link whose other end is a host shown down
+    "peers_down",  # isolating a RootDiag root whose failed connections all end at down hosts
     "unknown_action",  # not one of schemas.records.ACTIONS
     "malformed_action",  # not an [action, target] pair of non-empty strings
 )

@@ -44,7 +44,7 @@ from typing import Any
 from schemas.errors import ConfigError
 from schemas.records import Culprits, Diagnosis, IsolationCommand, diagnosis_id
 from sinks.base import GuardRefusal, SinkItem
-from sinks.guard_actions import ISOLATING_ACTIONS, parse_actions
+from sinks.guard_actions import ISOLATING_ACTIONS, parse_actions, peers_down
 from sinks.guard_state import GuardState
 
 SYSTEMIC_ACTIONS = ("rollback_update", "run_offline_diag")
@@ -188,6 +188,11 @@ class Guard:
                        f"a config diagnosis named host {host_of(tgt)} at event time {ts:.3f} "
                        f"(the job's own failure, not its hardware): this {d.kind} follows it")
                 isolations.remove((a, tgt))
+            if (gone := peers_down(d, down)) and isolations:
+                for a, tgt in isolations:
+                    refuse(a, tgt, "peers_down", f"every failed connection of {host_of(tgt)} "
+                           f"was to a host shown down ({', '.join(gone)}): it reported them")
+                isolations, isolation_refused = [], True
         if isolations and d.kind not in self.config.no_isolation_kinds:
             verdict = self._check_caps(d, t, isolations, down)
             if verdict is not None:

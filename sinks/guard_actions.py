@@ -33,3 +33,16 @@ def parse_actions(d: Diagnosis, refuse: Callable[..., None]
         if (a, tgt) not in bucket:
             bucket.append((a, tgt))
     return isolations, others
+
+
+def peers_down(d: Diagnosis, down: set[str]) -> list[str]:
+    """The failed connections' other ends (RootDiag's ``evidence.peer_hosts``) when every one
+    of them is a host shown down and none of the diagnosis' own hosts is: the named host is
+    the survivor that reported them (hosts that died together, a rack's power, are named by
+    their live neighbours only), not their root. Else []."""
+    v = d.evidence.get("peer_hosts") if isinstance(d.evidence, Mapping) else None
+    peers = sorted({h for h in v if isinstance(h, str)}) if isinstance(v, list | tuple) else []
+    mine = {*d.culprits.hosts, *(g.rpartition("/")[0] for g in d.culprits.gpus)}
+    if not peers or not set(peers) <= down or mine & down:
+        return []
+    return peers

@@ -301,10 +301,13 @@ class DecisionTree:
                 path.append(f"RootDiag:{why}")
                 target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist
+                peer_hosts = sorted({h for _, a, b in edges if host in (a[0], b[0])
+                                     for h in (a[0], b[0])} - {host})  # the guard's peers_down
                 return self._make("dist_error", "root_diag", events, key, path,
                                   [target, *restart_actions(self.job, self.seen_hosts)], detected_ts, 0.75,
                                   hosts=[host] if gpu is None else [],  # a GPU's fault spares its host
                                   gpus=[gpu_id(host, gpu)] if gpu is not None else [],
+                                  peer_hosts=peer_hosts,
                                   summary=f"root of the failed connections: {target[1]} ({why})")
             path.append("RootDiag:miss")
         else:

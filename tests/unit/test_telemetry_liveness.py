@@ -169,3 +169,41 @@ def test_rack_power_loss_without_heartbeats_isolates_the_rack() -> None:
     assert result.precision == 1.0 and result.recall == 1.0 and result.false_isolations == 0
     [dark] = [d for d in engine.sink.diagnoses if d.kind == "host_dark"]
     assert list(dark.culprits.hosts) == sorted(down)
+
+
+def _root(host: str, peers: list[str]):
+    d = diag(kind="dist_error", actions=[("isolate_host", host), ("restart_job", "j1")],
+             ts=1010.0, event_ts=1005.0)
+    d.evidence["peer_hosts"] = list(peers)
+    return d
+
+
+def test_guard_refuses_a_root_whose_failed_connections_all_end_at_down_hosts() -> None:
+    g = Guard(job_hosts=lambda job: 12)
+    g.decide(_dark(["h16", "h17", "h18", "h19"]))
+    dec = g.decide(_root("h15", ["h16", "h19"]))  # the live neighbour of a dead rack
+    assert dec.commands == ()
+    assert [(r.target, r.reason) for r in dec.refusals] == [
+        ("h15", "peers_down"), ("j1", "follows_refused_isolation")]
+    # one peer alive, the root itself down, no peers given, or the policy off: isolated
+    assert [c.target for c in g.decide(_root("h14", ["h13", "h16"])).commands] == ["h14", "j1"]
+    assert [c.target for c in g.decide(_root("h17", ["h16"])).commands] == ["h17", "j1"]
+    assert [c.target for c in g.decide(_root("h3", [])).commands] == ["h3", "j1"]
+    off = Guard(GuardConfig(down_hosts_past_cap=False), job_hosts=lambda job: 12)
+    off.decide(_dark(["h16", "h17", "h18", "h19"]))
+    assert [c.target for c in off.decide(_root("h15", ["h16", "h19"])).commands] == ["h15", "j1"]
+
+
+def test_the_live_neighbour_of_a_dead_rack_is_not_isolated_without_heartbeats() -> None:
+    """30 hosts, jobs of 10 in 2 pipeline stages, no heartbeats (seed 31): the stage's one
+    survivor was the only host whose connections failed, to 2 of the 4 dead hosts, and
+    RootDiag isolated it 5 s before Phase 2 named the rack."""
+    sim = Simulation(SimConfig(hosts=30, hosts_per_job=10, pp=2, hosts_per_pod=5, seed=31,
+                               scenario="rack_power_loss", duration_s=420, heartbeat_s=0))
+    engine = Engine(PipelineConfig(), sim.inventory)
+    for topic, _key, _ts, value in sim.iter_encoded():
+        engine.feed(topic, value)
+    engine.finish()
+    result = score(sim.truth, engine.sink.diagnoses, engine.sink.commands)
+    assert result.precision == 1.0 and result.recall == 1.0 and result.false_isolations == 0
+    assert any(r.reason == "peers_down" for r in engine.sink.refusals)
