@@ -297,8 +297,8 @@ class TDNDetector:
                       vals: dict[int, float], mean: float, ts: float) -> None:
         streaks = st.streaks["n_high"]
         group = sorted(r for r, x in streaks.items() if x.count >= max(1, self.cfg.persist // 2))
-        if not group:
-            return
+        if not group or any(f.st is st and f.group == group for f in self.later):
+            return  # no group, or one this call already found (each of its ranks asks again)
         cfg = self.cfg
         loc, links, hosts, nics, switch = self._locate(comm, group, st.size)
         if not links:
@@ -311,8 +311,7 @@ class TDNDetector:
               "persist": cfg.persist, "pairs": [list(p) for p in loc.pairs[:32]]}
         found = NetFinding(comm, op, st, group, loc, links, hosts, switch, ev, ts)
         if switch is None:  # another op of this call may name its switch: _settle
-            if not any(f.st is st and f.group == group for f in self.later):
-                self.later.append(found)
+            self.later.append(found)
         else:
             self._raise_network(out, found)
 

@@ -18,9 +18,20 @@ from processors.core.tree_events import DecisionTreeConfig, TreeEvent
 from processors.core.tree_peers import switch_of_nics
 from processors.engine import Engine
 from processors.scoring import score
+from processors.settings import PipelineConfig
 from producers.sim.simulation import SimConfig, Simulation
 from schemas.inventory import HostInventory, Inventory
 from tests.unit.test_switch_rollup import COMM, correlator, nic_flag, roster_of, scattered
+
+
+def run_engine(cfg: SimConfig, config: PipelineConfig | None = None) -> tuple[Simulation, Engine]:
+    """Simulate ``cfg`` and feed every record to an in-process engine, finished."""
+    sim = Simulation(cfg)
+    eng = Engine(config, inventory=sim.inventory)
+    for topic, _k, _ts, value in sim.iter_encoded():
+        eng.feed(topic, value)
+    eng.finish()
+    return sim, eng
 
 
 def down(host: str) -> TreeEvent:
@@ -68,12 +79,8 @@ def test_ccl_roll_up_for_a_small_pod(ranks: tuple[int, ...], tor: str | None) ->
 def test_small_pod_tor_faults_name_the_switch_and_isolate_nobody(scenario: str) -> None:
     """20 hosts, jobs of 10, 2 hosts per pod: RootDiag isolated a GPU of a dead ToR's host,
     and the Z-score, TD/N and alignment sent its links to NetDiag one by one."""
-    sim = Simulation(SimConfig(hosts=20, hosts_per_job=10, hosts_per_pod=2, scenario=scenario,
+    sim, eng = run_engine(SimConfig(hosts=20, hosts_per_job=10, hosts_per_pod=2, scenario=scenario,
                                seed=5, duration_s=420))
-    eng = Engine(None, inventory=sim.inventory)
-    for topic, _k, _ts, value in sim.iter_encoded():
-        eng.feed(topic, value)
-    eng.finish()
     (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
     targets = [c.target for c in eng.sink.commands]
     assert {c.action for c in eng.sink.commands} == {"run_netdiag"} and tor in targets
@@ -103,12 +110,8 @@ def test_a_small_pods_degraded_tor_sends_no_neighbours_link_to_netdiag(seed: int
     """8 hosts, 2 per pod: after TD/N named the ToR, another op's group of one host behind
     it and its ring neighbour (seed 31), or of the neighbour alone (seed 5), sent the
     neighbour's link to NetDiag (precision 0.75 and 0.667)."""
-    sim = Simulation(SimConfig(hosts=8, hosts_per_job=8, hosts_per_pod=2, seed=seed,
+    sim, eng = run_engine(SimConfig(hosts=8, hosts_per_job=8, hosts_per_pod=2, seed=seed,
                                scenario="tor_degraded", duration_s=420))
-    eng = Engine(None, inventory=sim.inventory)
-    for topic, _k, _ts, value in sim.iter_encoded():
-        eng.feed(topic, value)
-    eng.finish()
     (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
     targets = [c.target for c in eng.sink.commands]
     assert tor in targets and all(t == tor or t.endswith("<->" + tor) for t in targets)
@@ -124,12 +127,8 @@ def test_ops_evaluated_in_one_call_let_the_switch_take_in_the_links_beside_it(ho
     saw 8, 9, 11 and the AllGather 8, 10, 11, each 2 of the pod's 3 hosts, and 4 links went
     to NetDiag before a later op named the ToR. Link findings now wait for the call's end,
     where one communicator's ops are also read together."""
-    sim = Simulation(SimConfig(hosts=hosts, hosts_per_job=12, hosts_per_pod=3, seed=23,
+    sim, eng = run_engine(SimConfig(hosts=hosts, hosts_per_job=12, hosts_per_pod=3, seed=23,
                                heartbeat_s=0.0, scenario="tor_degraded", duration_s=420))
-    eng = Engine(None, inventory=sim.inventory)
-    for topic, _k, _ts, value in sim.iter_encoded():
-        eng.feed(topic, value)
-    eng.finish()
     (tor,) = {t for _a, t in sim.truth[0]["expected_actions"]}
     assert [c.target for c in eng.sink.commands] == [tor]
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 
 from processors.core.telemetry_liveness import LivenessConfig, TelemetryLiveness
-from processors.engine import Engine
 from processors.scoring import score
 from processors.settings import PipelineConfig
-from producers.sim.simulation import SimConfig, Simulation
+from producers.sim.simulation import SimConfig
 from schemas.errors import ConfigError
 from schemas.records import TelemetryBatch
 from sinks.guard import Guard, GuardConfig
 from sinks.guard_state import GuardState
 from tests.unit.test_guard import diag
+from tests.unit.test_switch_rollup_small_pods import run_engine
 
 JOB = "j1"
 
@@ -154,13 +154,9 @@ def test_guard_refuses_netdiag_of_links_to_a_dark_host_only() -> None:
 def test_rack_power_loss_without_heartbeats_isolates_the_rack() -> None:
     """Agents that send no heartbeat (heartbeat_s 0): the tree cannot see dark hosts, and the
     CCL records alone cannot tell a rack's power from crashed processes."""
-    sim = Simulation(SimConfig(hosts=16, hosts_per_job=8, pp=2, hosts_per_pod=4,
+    sim, engine = run_engine(SimConfig(hosts=16, hosts_per_job=8, pp=2, hosts_per_pod=4,
                                scenario="rack_power_loss", seed=11, duration_s=420,
-                               heartbeat_s=0))
-    engine = Engine(PipelineConfig(), sim.inventory)
-    for topic, _key, _ts, value in sim.iter_encoded():
-        engine.feed(topic, value)
-    engine.finish()
+                               heartbeat_s=0), PipelineConfig())
     result = score(sim.truth, engine.sink.diagnoses, engine.sink.commands)
     actions = {(c.action, c.target) for c in engine.sink.commands}
     down = sim.truth[0]["culprit"]["hosts"]
@@ -198,12 +194,8 @@ def test_the_live_neighbour_of_a_dead_rack_is_not_isolated_without_heartbeats() 
     """30 hosts, jobs of 10 in 2 pipeline stages, no heartbeats (seed 31): the stage's one
     survivor was the only host whose connections failed, to 2 of the 4 dead hosts, and
     RootDiag isolated it 5 s before Phase 2 named the rack."""
-    sim = Simulation(SimConfig(hosts=30, hosts_per_job=10, pp=2, hosts_per_pod=5, seed=31,
-                               scenario="rack_power_loss", duration_s=420, heartbeat_s=0))
-    engine = Engine(PipelineConfig(), sim.inventory)
-    for topic, _key, _ts, value in sim.iter_encoded():
-        engine.feed(topic, value)
-    engine.finish()
+    sim, engine = run_engine(SimConfig(hosts=30, hosts_per_job=10, pp=2, hosts_per_pod=5, seed=31,
+                               scenario="rack_power_loss", duration_s=420, heartbeat_s=0), PipelineConfig())
     result = score(sim.truth, engine.sink.diagnoses, engine.sink.commands)
     assert result.precision == 1.0 and result.recall == 1.0 and result.false_isolations == 0
     assert any(r.reason == "peers_down" for r in engine.sink.refusals)
