@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from processors.core.alignment_silent import silent_hosts
 from processors.core.base import (
     Outputs,
     Rejection,
@@ -207,10 +208,11 @@ class AlignmentDetector:
                 blocked.update(gpu_key(mem[r]) for r, x in self.counters[c].items()
                                if kind == "net" or (x.cl == top and r not in ranks))
         lagging: list[tuple[str, int]] = []
+        silent = {c: ranks for c, (kind, ranks) in verdicts.items() if kind == "silent"}
+        if silent:
+            self._silent(out, silent)
         for c, (kind, ranks) in verdicts.items():
-            if kind == "silent":
-                self._silent(out, c, ranks)
-            elif kind == "lag":
+            if kind == "lag":
                 lagging.extend((c, r) for r in ranks)
             elif kind == "net":
                 self._network(out, c, ranks)
@@ -218,40 +220,18 @@ class AlignmentDetector:
             self._lagging(out, lagging, blocked)
 
     # ---- the three rules -----------------------------------------------------------------
-    def _silent(self, out: Outputs, comm: str, ranks: list[int]) -> None:
-        """One diagnosis for the hosts that went silent together (a rack's power: all or
-        none of them past the guard's cap); a host already in an incident only joins it."""
-        mem = self.roster.members[comm]
-        new: dict[str, float] = {}  # host -> its last report
-        for host in sorted({mem[r].host for r in ranks}):
-            if f"host|{host}" in self.incidents:
-                self._emit(out, f"host|{host}", comm, None)
-            else:
-                new[host] = min(mem[r].seen_ts for r in ranks if mem[r].host == host)
-        if not new:
-            return
-        hosts = list(new)
-        since = min(new.values())
-        quiet = sorted(gpu_id(h, g) for (h, g), comms in self.roster.by_gpu.items()
-                       if h in new and all(self.roster.members[c][r].seen_ts <= new[h]
-                                           for c, r in comms.items()))
-        ev: dict[str, Any] = {
-            "actions": [*(["isolate_host", h] for h in hosts),
-                        *restart_actions(self.job, hosts)],
-            "comm": comm, "ranks": [r for r in ranks if mem[r].host in new],
-            "silent_gpus": quiet, "silent_since": since, "stall_s": self.cfg.stall_s}
-        if len(hosts) > 1:
-            ev["silent_since_by_host"] = new
-        who = hosts[0] if len(hosts) == 1 else f"{', '.join(hosts[:-1])} and {hosts[-1]}"
-        diag = make_diagnosis(
-            job=self.job, kind="hang_compute", detector=DETECTOR, rule="rank_silent",
-            event_ts=since, detected_ts=self.watermark, hosts=hosts, evidence=ev, confidence=0.8,
-            summary=f"{who} stopped reporting CCL counters at {since:.3f} while "
-                    f"{'its' if len(hosts) == 1 else 'their'} peers in communicator {comm} "
-                    "kept reporting, stalled")
-        for i, h in enumerate(hosts):
-            self._emit(out, f"host|{h}", comm, diag if i == 0 else None)
-            self.incidents.setdefault(f"host|{h}", [comm])
+    def _silent(self, out: Outputs, silent: dict[str, list[int]]) -> None:
+        """One diagnosis for the hosts that went silent together, in every stalled
+        communicator (alignment_silent); a host already in an incident only joins it."""
+        found = silent_hosts(self.job, self.roster, silent, self.incidents, self.watermark,
+                             self.cfg.stall_s)
+        for key, comm in found.joined:
+            self._emit(out, key, comm, None)
+        if found.diagnosis is not None:
+            out.diagnoses.append(found.diagnosis)
+        for key, comms in found.opened.items():
+            self.asserted.add(key)
+            self.incidents[key] = comms
 
     def _lag_evidence(self, comm: str, rank: int, blocked: set[tuple[str, int | str]]
                       ) -> tuple[list[dict[str, Any]], float] | None:

@@ -165,6 +165,11 @@ def test_rack_power_loss_without_heartbeats_isolates_the_rack() -> None:
     assert result.precision == 1.0 and result.recall == 1.0 and result.false_isolations == 0
     [dark] = [d for d in engine.sink.diagnoses if d.kind == "host_dark"]
     assert list(dark.culprits.hosts) == sorted(down)
+    # pp=2: the dead hosts sit in different communicators, yet make one rank_silent
+    # diagnosis and one restart, not one per communicator
+    [silent] = [d for d in engine.sink.diagnoses if d.evidence.get("rule") == "rank_silent"]
+    assert list(silent.culprits.hosts) == sorted(down) and silent.evidence["other_comms"]
+    assert [c.action for c in engine.sink.commands].count("restart_job") == 1
 
 
 def _root(host: str, peers: list[str]):
