@@ -96,6 +96,7 @@ class InputProcessor:
         self._jobs: dict[str, dict[str, Any]] = {}
         self._watermark: dict[str, float] = {}
         self._clocks: dict[str, JobClock] = {}
+        self._behind_s = self.config.section("input").ccl_behind_s
         self._load_state = load_state
         self._only = only
         self.counts = {"in": 0, "dead_letter": 0, "diagnoses": 0, "rejections": 0}
@@ -171,6 +172,14 @@ class InputProcessor:
             rec = dataclasses.replace(rec, ts=watermark)
             notices.append(dataclasses.replace(
                 notice, detail=f"{skew}; taken at the job clock {watermark:.3f}"))
+        elif (watermark is not None and isinstance(rec, CCLRecord)
+              and rec.ts < watermark - self._behind_s):
+            # its host's clock stepped back, or its agent sends a backlog: refused as `late`
+            # against each rank's last report, the live host looked silent during a hang
+            notices.append(Rejection(self.kind, job, rec.host, "clock_skew", (
+                f"ts {rec.ts:.3f} is {watermark - rec.ts:.0f}s behind the job clock; taken at "
+                f"the job clock {watermark:.3f}"), rec.ts))
+            rec = dataclasses.replace(rec, ts=watermark)
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now
         out = Outputs(rejections=notices)

@@ -17,6 +17,11 @@ been accepted, a record from another host more than ``max_future_s`` *behind* it
 first host was the skewed one (``restarts``): the job starts over from that record, and the
 first host's records are refused like any skewed host's. Once the first host has reported
 alone for ``lone_after_s`` of its own time, its clock is the job's.
+
+Behind: a host whose clock stepped back (or whose agent sends a backlog) does not move the
+clock. Its CCL records are taken at the job clock once they are more than ``ccl_behind_s``
+behind it (``clock_skew``, counted): else each rank's reports are ``late`` against its own
+last one, and the live host looks silent to the hang detector while its peers report.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ class InputConfig:
 
     max_future_s: float = 300.0  # a lone host further ahead of its job's clock is clock_skew
     lone_after_s: float = 60.0  # ...until its records span this long with no other host present
+    ccl_behind_s: float = 10.0  # a CCL record further behind the job clock is taken at it
 
     def __post_init__(self) -> None:
         if not self.max_future_s > 0 or not math.isfinite(self.max_future_s):
             raise ConfigError(f"input: max_future_s must be > 0, not {self.max_future_s}")
         if not self.lone_after_s > 0:
             raise ConfigError(f"input: lone_after_s must be > 0, not {self.lone_after_s}")
+        if not self.ccl_behind_s > 0 or not math.isfinite(self.ccl_behind_s):
+            raise ConfigError(f"input: ccl_behind_s must be > 0, not {self.ccl_behind_s}")
 
 
 class JobClock:

@@ -7,7 +7,9 @@ not stop them. That is the difference the CCL records alone cannot see: when eve
 a host dies, its agent sends no CCL record either, so Phase 2's ``rank_silent`` names a dead
 host and a crashed one alike, and the guard caps a rack's four silent hosts as a bad update.
 
-This detector says only that: hosts that stopped sending for ``max(dark_s, 3 intervals)``,
+This detector says only that: hosts that stopped sending for ``max(dark_s, 3 intervals)``
+(sending: a batch with a newer ``ts``, or any batch while the job clock is past the host's
+newest ``ts``, so a host whose clock stepped back or lags stays alive),
 fewer than half of the job's reporting hosts (more, and the telemetry is late, not the hosts),
 in one ``host_dark`` diagnosis per group that went dark together, with ``hosts_down``
 evidence and no action of its own. The guard remembers them: another detector's isolation
@@ -66,6 +68,7 @@ class TelemetryLiveness:
         self.ranked = frozenset(h for h, _ in ranks.values()) if ranks else None
         self.last: dict[str, float] = {}  # host -> newest batch ts
         self.period: dict[str, float] = {}  # host -> seconds between its last two batches
+        self.heard: dict[str, float] = {}  # host -> job clock at its latest batch, if past its ts
         self.reported: set[str] = set()  # dark hosts already in a diagnosis (until heard again)
         self.watermark = 0.0
         self.next_check = 0.0
@@ -83,8 +86,17 @@ class TelemetryLiveness:
         elif ts > last:
             self.period[host] = ts - last
             self.last[host] = ts
-        self.reported.discard(host)
+            self.reported.discard(host)
+        # Heard while the job clock stood at the watermark: an agent whose clock stepped back,
+        # or that lags its job, is alive. A repeat of an old batch does not end its report.
+        if self.watermark > self.last[host]:
+            self.heard[host] = self.watermark
+        else:
+            self.heard.pop(host, None)
         return Outputs()
+
+    def _seen(self, host: str) -> float:
+        return self.heard.get(host, self.last[host])
 
     def advance(self, now: float) -> Outputs:
         out = Outputs()
@@ -94,10 +106,10 @@ class TelemetryLiveness:
             return out
         self.next_check = self.watermark + self.cfg.check_s
         now = self.watermark
-        pool = [h for h, t in self.last.items() if now - t <= self.cfg.dark_recent_s]
+        pool = [h for h in self.last if now - self._seen(h) <= self.cfg.dark_recent_s]
         if len(pool) < self.cfg.min_hosts:
             return out
-        dark = [h for h in pool if now - self.last[h] > self._limit(h)]
+        dark = [h for h in pool if now - self._seen(h) > self._limit(h)]
         if not dark or 2 * len(dark) >= len(pool):
             return out  # nobody, or half the job or more: the telemetry is late, not the hosts
         new = sorted(h for h in dark if h not in self.reported)
@@ -130,6 +142,7 @@ class TelemetryLiveness:
         return {"v": 1, "job": self.job, "watermark": self.watermark,
                 "next_check": self.next_check,
                 "hosts": [[h, t, self.period.get(h, 0.0)] for h, t in sorted(self.last.items())],
+                "heard": [[h, w] for h, w in sorted(self.heard.items())],
                 "reported": sorted(self.reported)}
 
     @classmethod
@@ -142,5 +155,6 @@ class TelemetryLiveness:
             det.last[str(h)] = float(t)
             if p:
                 det.period[str(h)] = float(p)
+        det.heard = {str(h): float(w) for h, w in state.get("heard", []) if str(h) in det.last}
         det.reported = {str(h) for h in state.get("reported", [])}
         return det

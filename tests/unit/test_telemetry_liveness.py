@@ -97,6 +97,42 @@ def test_snapshot_resumes_to_the_same_diagnoses() -> None:
         TelemetryLiveness.restore({"v": 2}, JOB)
 
 
+def feed_skewed(det: TelemetryLiveness, hosts: list[str], t0: int, t1: int, skew: dict[str, int]
+                ) -> list:
+    """Like ``feed``, each host's batch stamped ``skew[host]`` s off the true time."""
+    out = []
+    for t in range(t0, t1):
+        for h in hosts:
+            det.observe(TelemetryBatch(h, float(t + skew.get(h, 0)), {}, JOB))
+            out += det.advance(float(t)).diagnoses
+    return out
+
+
+@pytest.mark.parametrize("step", [-20, -60, -200])
+def test_a_host_whose_clock_steps_back_is_not_dark(step: int) -> None:
+    """An NTP step back: its batches go on, older than the newest it sent. Before, each one
+    ended its report and the next check made it dark again: a host_dark every few seconds."""
+    det = TelemetryLiveness(JOB)
+    hosts = [f"h{i}" for i in range(8)]
+    feed(det, hosts, 0, 100)
+    assert feed_skewed(det, hosts, 100, 500, {"h1": step}) == []
+    restored = TelemetryLiveness.restore(det.snapshot(), JOB)
+    assert restored.snapshot() == det.snapshot()
+    # and when it does stop, it is dark once
+    [d] = feed(det, hosts, 500, 600, stop={"h1": 500})
+    assert d.culprits.hosts == ("h1",) and d.detected_ts == 515.0
+
+
+def test_an_old_batch_again_does_not_re_report_a_dark_host() -> None:
+    det = TelemetryLiveness(JOB)
+    hosts = [f"h{i}" for i in range(6)]
+    feed(det, hosts, 0, 100)
+    [d] = feed(det, hosts, 100, 130, stop={"h5": 100})
+    det.observe(TelemetryBatch("h5", 99.0, {}, JOB))  # redelivered: says nothing new
+    assert feed(det, hosts, 130, 200, stop={"h5": 100}) == []
+    assert d.culprits.hosts == ("h5",)
+
+
 @pytest.mark.parametrize("bad", [dict(dark_s=-1.0), dict(check_s=0.0), dict(min_hosts=1),
                                  dict(dark_s=30.0, dark_recent_s=10.0),
                                  dict(dark_s=float("nan"))])
