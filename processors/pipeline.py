@@ -161,24 +161,22 @@ class InputProcessor:
                 watermark)]
             watermark = None
         skew = clock.check(rec.host, rec.ts, watermark)
-        if skew:  # a lone host far ahead must not move the job's clock (and blind the rest)
-            notice = Rejection(self.kind, job, rec.host, "clock_skew", skew, rec.ts)
-            if watermark is None or not isinstance(rec, CCLRecord):
-                return Outputs(rejections=[notice])
-            # its counters still tell the host reports (refused, it looked silent and was
-            # isolated during another host's hang): taken at the job clock. Log lines and
-            # telemetry are not: under a bulk load one partition runs minutes ahead of the
-            # others, and re-timed lines delayed every XID diagnosis from 5 s to 30 s
-            rec = dataclasses.replace(rec, ts=watermark)
-            notices.append(dataclasses.replace(
-                notice, detail=f"{skew}; taken at the job clock {watermark:.3f}"))
-        elif (watermark is not None and isinstance(rec, CCLRecord)
-              and rec.ts < watermark - self._behind_s):
+        if skew and (watermark is None or not isinstance(rec, CCLRecord)):
+            # a lone host far ahead must not move the job's clock (and blind the rest)
+            return Outputs(rejections=[Rejection(self.kind, job, rec.host, "clock_skew", skew,
+                                                 rec.ts)])
+        if (not skew and watermark is not None and isinstance(rec, CCLRecord)
+                and rec.ts < watermark - self._behind_s):
             # its host's clock stepped back, or its agent sends a backlog: refused as `late`
             # against each rank's last report, the live host looked silent during a hang
-            notices.append(Rejection(self.kind, job, rec.host, "clock_skew", (
-                f"ts {rec.ts:.3f} is {watermark - rec.ts:.0f}s behind the job clock; taken at "
-                f"the job clock {watermark:.3f}"), rec.ts))
+            skew = f"ts {rec.ts:.3f} is {watermark - rec.ts:.0f}s behind the job clock"
+        if skew and watermark is not None:
+            # a skewed host's counters still tell it reports (refused, it looked silent and
+            # was isolated during another host's hang): taken at the job clock. Log lines and
+            # telemetry are not: under a bulk load one partition runs minutes ahead of the
+            # others, and re-timed lines delayed every XID diagnosis from 5 s to 30 s
+            notices.append(Rejection(self.kind, job, rec.host, "clock_skew",
+                                     f"{skew}; taken at the job clock {watermark:.3f}", rec.ts))
             rec = dataclasses.replace(rec, ts=watermark)
         now = max(self._watermark.get(job, 0.0), rec.ts)
         self._watermark[job] = now

@@ -44,9 +44,10 @@ def silent_hosts(job: str, roster: CommRoster, silent: Mapping[str, list[int]],
             if key in incidents:
                 res.joined.append((key, comm))
                 continue
-            last = min(mem[r].seen_ts for r in ranks if mem[r].host == host)
+            mine = [r for r in ranks if mem[r].host == host]
+            last = min(mem[r].seen_ts for r in mine)
             new[host] = min(last, new.get(host, last))
-            where.setdefault(comm, []).extend(r for r in ranks if mem[r].host == host)
+            where.setdefault(comm, []).extend(mine)
             comms = res.opened.setdefault(key, [])
             if comm not in comms:
                 comms.append(comm)

@@ -22,14 +22,15 @@ JOB = "j1"
 
 
 def feed(det: TelemetryLiveness, hosts: list[str], t0: int, t1: int, period: int = 1,
-         stop: dict[str, int] | None = None) -> list:
-    """Every host's batch each ``period`` s in [t0, t1) (a host of ``stop``: until then),
-    with ``advance`` after each, as the InputProcessor calls it."""
+         stop: dict[str, int] | None = None, skew: dict[str, int] | None = None) -> list:
+    """Every host's batch each ``period`` s in [t0, t1) (a host of ``stop``: until then; of
+    ``skew``: stamped that many s off), with ``advance`` after each, as the InputProcessor
+    calls it."""
     out = []
     for t in range(t0, t1, period):
         for h in hosts:
             if t < (stop or {}).get(h, t1):
-                det.observe(TelemetryBatch(h, float(t), {}, JOB))
+                det.observe(TelemetryBatch(h, float(t + (skew or {}).get(h, 0)), {}, JOB))
             out += det.advance(float(t)).diagnoses
     return out
 
@@ -97,17 +98,6 @@ def test_snapshot_resumes_to_the_same_diagnoses() -> None:
         TelemetryLiveness.restore({"v": 2}, JOB)
 
 
-def feed_skewed(det: TelemetryLiveness, hosts: list[str], t0: int, t1: int, skew: dict[str, int]
-                ) -> list:
-    """Like ``feed``, each host's batch stamped ``skew[host]`` s off the true time."""
-    out = []
-    for t in range(t0, t1):
-        for h in hosts:
-            det.observe(TelemetryBatch(h, float(t + skew.get(h, 0)), {}, JOB))
-            out += det.advance(float(t)).diagnoses
-    return out
-
-
 @pytest.mark.parametrize("step", [-20, -60, -200])
 def test_a_host_whose_clock_steps_back_is_not_dark(step: int) -> None:
     """An NTP step back: its batches go on, older than the newest it sent. Before, each one
@@ -115,7 +105,7 @@ def test_a_host_whose_clock_steps_back_is_not_dark(step: int) -> None:
     det = TelemetryLiveness(JOB)
     hosts = [f"h{i}" for i in range(8)]
     feed(det, hosts, 0, 100)
-    assert feed_skewed(det, hosts, 100, 500, {"h1": step}) == []
+    assert feed(det, hosts, 100, 500, skew={"h1": step}) == []
     restored = TelemetryLiveness.restore(det.snapshot(), JOB)
     assert restored.snapshot() == det.snapshot()
     # and when it does stop, it is dark once
