@@ -150,7 +150,7 @@ def _event(hit: log_rules.Hit, line: str, inv: HostInventory | None,
         if rank is None and "is setting up NCCL" in line:
             rank = _int(_UNIQUE_ID_RANK, line)
         if hit.category != "cuda_app_error":
-            peer = _peer(line)
+            peer = hit.peer or _peer(line)
             peer_rank = _int(_PEER_RANK, line)
     # the driver's or NVML's words for XID 79 take XID 79's action (isolate the host), also
     # when the Xid line comes later or never

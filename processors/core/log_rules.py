@@ -27,6 +27,7 @@ class Hit(NamedTuple):
     xid: int | None = None
     pci: str | None = None  # raw bus id as written in the line
     device: str | None = None  # NIC port / netdev (mlx5_0, ib0, eth5)
+    peer: str | None = None  # the other end, where the group reads it itself (Ray's node ip)
 
 
 # ---- NVIDIA driver (NVRM), XIDs -----------------------------------------------------------
@@ -247,7 +248,7 @@ def pcie(line: str) -> Hit | None:
 _NIC_DEV = re.compile(r"\b(mlx5_\d+)\b|infiniband (\S+?):|\b([A-Za-z][\w.-]{1,15}): (?:NIC )?[Ll]ink ")
 _BOND_SLAVE = re.compile(r"\(slave ([\w.-]{1,15})\)|for interface ([\w.-]{1,15})")  # not bond0
 _TX_DEV = (re.compile(r"NETDEV WATCHDOG: ([A-Za-z][\w.-]{0,15}) \("),
-           re.compile(r"\b([A-Za-z][\w.-]{0,15}): (?:NETDEV WATCHDOG|TX timeout|Found a Tx)"))
+           re.compile(r"\b([A-Za-z][\w.-]{0,15}): (?:NETDEV WATCHDOG|TX timeout|Found a Tx|transmit timeout)"))
 _LINK_DOWN = ("Link down", "link down", "Link is Down", "Link is down", "Link DOWN", "PORT_DOWN",
               "state changed to DOWN", "changed state to DOWN", "link becomes not ready",
               "link status definitely down")
@@ -263,7 +264,8 @@ _RETRY_EXCEEDED = ("retry count exceeded", "retry counter exceeded", "RETRY_EXC_
                    "Retry count exceeded")
 
 
-def _nic_dev(line: str) -> str | None:
+def nic_device(line: str) -> str | None:
+    """The NIC port or netdev a line names: a bond's slave, mlx5_0, an infiniband device."""
     m = _BOND_SLAVE.search(line, 0, SCAN_CHARS) or _NIC_DEV.search(line, 0, SCAN_CHARS)
     return next((g for g in m.groups() if g), None) if m else None
 
@@ -282,10 +284,10 @@ def nic(line: str) -> Hit | None:
     stopped answering, as NCCL's status=12)."""
     if ("etry coun" in line or "RETRY_EXC" in line) and "NCCL" not in line and \
             any(k in line for k in _RETRY_EXCEEDED):
-        return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=_nic_dev(line))
+        return Hit("distributed_symptom", "fatal", "ib_retry_exceeded", device=nic_device(line))
     if "ailed" in line and "NCCL" not in line and any(k in line for k in _VERBS_SETUP) and (
             "failed" in line or "Failed to modify QP" in line):
-        return Hit("config", "fatal", "nccl_ib_qp_setup", device=_nic_dev(line))
+        return Hit("config", "fatal", "nccl_ib_qp_setup", device=nic_device(line))
     if "Failed status" in line:  # perftest's failed completion; 12 = IBV_WC_RETRY_EXC_ERR
         m = _PERFTEST_STATUS.search(line, 0, SCAN_CHARS)
         if m:
@@ -296,13 +298,15 @@ def nic(line: str) -> Hit | None:
             or "ib_mlx5_log.c" in line and "(synd 0x" in line):
         # a work request failed on the wire, outside NCCL: UCX's "Send completion with error",
         # its ib_mlx5_log "Local protection on mlx5_0:1/IB (synd …)", libmlx5's own dump
-        return Hit("distributed_symptom", "fatal", "ib_completion_error", device=_nic_dev(line))
+        return Hit("distributed_symptom", "fatal", "ib_completion_error", device=nic_device(line))
     if ("imeout" in line or "NETDEV" in line or "tx completions" in line) and (
             "NETDEV WATCHDOG" in line or "TX timeout" in line or "lost tx completions" in line
-            or "Keep alive watchdog timeout" in line) or "Found a Tx that wasn't completed" in line:
-        # the NIC stopped transmitting (ENA: "Found a Tx that wasn't completed on time")
+            or "Keep alive watchdog timeout" in line or "transmit timeout: latency" in line
+            or "tx_timeout recovery level" in line) or "Found a Tx that wasn't completed" in line:
+        # the NIC stopped transmitting (ENA: "Found a Tx that wasn't completed on time", IPoIB:
+        # "ib1: transmit timeout: latency 1240 msecs", i40e: "tx_timeout recovery level 2")
         return Hit("nic_or_link", "degraded", "nic_tx_timeout", pci=first_bus(line),
-                   device=_tx_dev(line) or _nic_dev(line))
+                   device=_tx_dev(line) or nic_device(line))
     mlx = ("mlx5" in line or "MLX5" in line) and "NCCL" not in line
     if mlx:
         if "ACCESS_REG" in line:  # monitoring reads on restricted PFs: known flood, harmless
@@ -315,23 +319,27 @@ def nic(line: str) -> Hit | None:
                 in line or "FW fatal" in line or "fw_fatal" in line
                 or "unrecoverable hardware error" in line  # print_health_info's "synd 0x…"
                 or "Will cause a leak of a command resource" in line  # FW stopped answering
+                or "No done completion" in line  # the same command timeout, its first line
                 or "Fatal error" in line and "detected" in line  # poll_health
                 or "mlx5_enter_error_state:" in line  # the driver took the device down (not a trace)
                 or "print_health_info" in line and _MLX5_HEALTH_SYND.search(line, 0, SCAN_CHARS)):
-            return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=first_bus(line), device=nic_device(line))
         if "High temperature" in line and "temp_warn" in line:  # the HCA's sensors, before its shutdown
             return Hit("nic_or_link", "degraded", "nic_high_temperature", pci=first_bus(line),
-                       device=_nic_dev(line))
+                       device=nic_device(line))
         if "Port module event" in line:
             # an unplugged cable: its link-down line follows (an unused port logs it at boot)
             sev = "fatal" if "error" in line.lower() else "degraded" if "unplugged" in line else \
                 "info" if "plugged" in line else "degraded"
-            return Hit("nic_or_link", sev, "nic_module_event", pci=first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", sev, "nic_module_event", pci=first_bus(line), device=nic_device(line))
         if "insufficient power" in line:
             return Hit("nic_or_link", "degraded", "nic_insufficient_power", pci=first_bus(line))
         if ("cqe" in line or "CQE" in line or "CQ error" in line or "cq_error" in line
                 or "syndrome" in line):
-            return Hit("nic_or_link", "degraded", "nic_cqe_error", pci=first_bus(line), device=_nic_dev(line))
+            return Hit("nic_or_link", "degraded", "nic_cqe_error", pci=first_bus(line), device=nic_device(line))
+    hit = _other_nic(line)
+    if hit is not None:
+        return hit
     if "ink" in line or "DOWN" in line:
         if "NCCL" in line:
             return None
@@ -341,10 +349,27 @@ def nic(line: str) -> Hit | None:
             return Hit("pcie", "info", "pcie_controller_link")  # link down): an empty slot at boot
         for s in _LINK_DOWN:
             if s in line:
-                return Hit("nic_or_link", "degraded", "nic_link_down", pci=first_bus(line), device=_nic_dev(line))
+                return Hit("nic_or_link", "degraded", "nic_link_down", pci=first_bus(line), device=nic_device(line))
         for s in _LINK_UP:
             if s in line:
-                return Hit("nic_or_link", "info", "nic_link_up", pci=first_bus(line), device=_nic_dev(line))
+                return Hit("nic_or_link", "info", "nic_link_up", pci=first_bus(line), device=nic_device(line))
+    return None
+
+
+def _other_nic(line: str) -> Hit | None:
+    """Other vendors' NIC firmware and admin failures: Broadcom bnxt_en's firmware crash (its
+    planned ``Non-fatal firmware reset event`` is not one), Intel ixgbe's firmware error, the
+    AWS EFA driver's refused admin commands (``Failed to process command ALLOC_PD``)."""
+    if "irmware" in line:
+        if "Fatal firmware reset event" in line and "Non-fatal" not in line:
+            return Hit("nic_or_link", "fatal", "nic_fw_fatal", pci=first_bus(line))
+        if "Abandoning msg" in line and "due to firmware status" in line:  # bnxt_en: FW not answering
+            return Hit("nic_or_link", "degraded", "nic_fw_error", pci=first_bus(line))
+        if "firmware error detected" in line and "FWSM" in line:  # ixgbe
+            return Hit("nic_or_link", "degraded", "nic_fw_error", pci=first_bus(line))
+    if "efa" in line and ("Failed to process command" in line or "Failed to allocate pd" in line):
+        return Hit("nic_or_link", "degraded", "efa_admin_cmd_failed", pci=first_bus(line),
+                   device=nic_device(line))
     return None
 
 

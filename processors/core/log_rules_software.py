@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from processors.core.log_rules import Hit
+from processors.core.log_rules import Hit, nic_device
 
 
 # ---- the job stopped from outside ---------------------------------------------------------
@@ -41,6 +41,46 @@ def torch_watchdog(line: str) -> Hit | None:
         return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
     if "operations have failed or timed out" in line:
         return Hit("distributed_symptom", "fatal", "torch_watchdog_exception")
+    return None
+
+
+# ---- other runtimes: UCX, libfabric (EFA), Ray, JAX/XLA, torchelastic's error file -----
+_RAY_NODE_IP = re.compile(r"\b(?:ip|address)[:=] ?(\d{1,3}(?:\.\d{1,3}){3})\b")
+
+
+def runtimes(line: str) -> Hit | None:
+    """The failures between processes that other runtimes report in their own words: UCX's
+    ``Endpoint timeout`` (UD's ``unhandled timeout error``) and failed ``ucp_ep_create``; EFA's
+    completion errors and exhausted resources (libfabric); Ray's head marking a node dead
+    (the peer is that node's ip); XLA's rendezvous that ``may be stuck`` (a warning while it
+    waits); JAX's coordination service; torchelastic's ``RendezvousTimeoutError`` (also as a
+    field of its error file). Worker exits (Ray's ``ActorDiedError``, a segfault) stay other:
+    they follow the error that caused them."""
+    if "imeout" in line:
+        if "Endpoint timeout" in line and ("UCX" in line or ".c:" in line) \
+                or "unhandled timeout error" in line and "UD endpoint" in line:
+            return Hit("distributed_symptom", "fatal", "ucx_endpoint_timeout", device=nic_device(line))
+        if "RendezvousTimeoutError" in line:  # the rendezvous store: see tree_events.via_store
+            return Hit("distributed_symptom", "fatal", "dist_timeout")
+        if "heartbeat timeout" in line and "coordination service" in line:  # JAX: a task died
+            return Hit("distributed_symptom", "fatal", "jax_task_heartbeat_timeout")
+    if "ucp_ep_create" in line and "failed" in line:
+        return Hit("distributed_symptom", "fatal", "ucx_connect_failed")
+    if "libfabric" in line and "efa" in line and "<warn>" in line:
+        if "Cannot allocate memory" in line or "Unable to register MR" in line:
+            return Hit("config", "degraded", "efa_out_of_resources")  # memlock, hugepages, CQ depth
+        if "handle_error" in line and "err: " in line:  # a completion with an error status
+            return Hit("distributed_symptom", "fatal", "efa_completion_error")
+    if "marked dead" in line and "missed too many heartbeats" in line \
+            or "Raylet is terminated" in line and "unexpected" in line:
+        m = _RAY_NODE_IP.search(line, 0, 4096)
+        return Hit("distributed_symptom", "fatal", "ray_node_dead", peer=m.group(1) if m else None)
+    if "may be stuck" in line and "waiting for" in line and (
+            "rendezvous" in line or "participants" in line):  # XLA warns at 10-20 s, then waits on
+        return Hit("distributed_symptom", "degraded", "xla_rendezvous_stuck")
+    if "oordination service" in line and ("agent in error status" in line
+                                           or "cluster registration failed" in line):
+        return Hit("distributed_symptom", "fatal", "jax_coordination_error")
     return None
 
 
@@ -289,4 +329,4 @@ def torch_elastic(line: str) -> Hit | None:
     return None
 
 
-SOFTWARE = (termination, torch_watchdog, nccl, gpu_setup, cuda, torch_elastic)
+SOFTWARE = (termination, torch_watchdog, runtimes, nccl, gpu_setup, cuda, torch_elastic)

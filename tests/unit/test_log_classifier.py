@@ -177,6 +177,40 @@ def test_gloo_and_c10d_failures_are_distributed_symptoms(line: str, rule: str, s
     assert (e.category, e.rule, e.severity, e.peer) == ("distributed_symptom", rule, sev, peer)
 
 
+@pytest.mark.parametrize("line,want", [
+    # audit 9: other runtimes' words for a failure between processes, and other NICs' firmware
+    ("[1564069506.097666] [dgx15:34226:0]     ucp_worker.c:505  UCX  ERROR error 'Endpoint "
+     "timeout' will not be handled for ep 0x7fb7fd48f120 - rc_mlx5/mlx5_3:1",
+     ("distributed_symptom", "fatal", "ucx_endpoint_timeout", None, "mlx5_3")),
+    ("2021-09-05 05:42:39,292 WARNING worker.py:1228 -- The node with node id: 9d2c254a88cf and "
+     "ip: 172.31.12.38 has been marked dead because the detector has missed too many heartbeats "
+     "from it.", ("distributed_symptom", "fatal", "ray_node_dead", "172.31.12.38", None)),
+    ("2022-11-02 02:42:14,808 WARNING worker.py:1849 -- Raylet is terminated: ip=172.29.58.133, "
+     "id=6ad361c6. Termination is unexpected.",
+     ("distributed_symptom", "fatal", "ray_node_dead", "172.29.58.133", None)),
+    ("E0213 12:41:17.931882   59040 rendezvous.cc:98] This thread has been waiting for "
+     "`rendezvous of collective-permute; run_id=15; op id:1` for 20 seconds and may be stuck.",
+     ("distributed_symptom", "degraded", "xla_rendezvous_stuck", None, None)),
+    ('    "message": "RendezvousTimeoutError: ",',
+     ("distributed_symptom", "fatal", "dist_timeout", None, None)),
+    ("ib1: transmit timeout: latency 1240 msecs", ("nic_or_link", "degraded", "nic_tx_timeout", None, "ib1")),
+    ("[ 1632.420956] infiniband efa_0: Failed to process command ALLOC_PD (opcode 14) comp_status 1 "
+     "err -12", ("nic_or_link", "degraded", "efa_admin_cmd_failed", None, "efa_0")),
+    ("bnxt_en 0000:40:00.1 eno12409np1: Fatal firmware reset event, data1: 0x201, data2: 0xda27, "
+     "min wait 1300 ms, max wait 4200 ms", ("nic_or_link", "fatal", "nic_fw_fatal", None, None)),
+    # a planned reset (firmware update) is not a crash (a made-up line of the driver's format)
+    ("bnxt_en 0000:40:00.1 eno12409np1: Non-fatal firmware reset event, data1: 0x101, data2: 0x0, "
+     "min wait 1300 ms, max wait 4200 ms", ("other", "info", "unmatched", None, None)),
+    # worker exits follow their cause: an AppError verdict on them would hide the culprit
+    ("Fatal Python error: Segmentation fault", ("other", "info", "unmatched", None, None)),
+    ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+     ("other", "info", "unmatched", None, None)),
+])
+def test_other_runtimes_fields(line: str, want: tuple) -> None:
+    e = classify(line)
+    assert (e.category, e.severity, e.rule, e.peer, e.device) == want, e
+
+
 @pytest.mark.parametrize("line", [
     "ReadTimeoutError: HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out.",
     "socket.timeout: The read operation timed out",
