@@ -59,6 +59,8 @@ from schemas.inventory import Inventory
 from schemas.records import Diagnosis, LogRecord
 
 DETECTOR = "decision_tree"
+MAX_HOLDS = 4  # offline wait, pair settle, last reporter, a dark peer: each at most once
+
 
 class DecisionTree:
     """One job's Phase 1 detector: ``observe(LogRecord)``, ``advance(now)``, ``snapshot()``."""
@@ -135,9 +137,12 @@ class DecisionTree:
                 return out  # held: for Phase 2, for the rest of a pair's peers, for a new trigger
             at = self.offline_at if self.offline_at is not None else start + self.cfg.settle_s
             d = self._judge(self.burst, at)
-            hold = hold_until(d, start, self.cfg, len(self.peers.members), self._dark_due)
-            if hold is not None and at < hold:
-                self.offline_at = hold
+            for _ in range(MAX_HOLDS):  # a verdict judged again after its hold may hold too
+                hold = hold_until(d, start, self.cfg, len(self.peers.members), self._dark_due,
+                                  self.burst)
+                if hold is None or at >= hold:
+                    break
+                self.offline_at = at = hold
                 if self.watermark < hold:
                     return out
                 d = self._judge(self.burst, hold)

@@ -11,10 +11,10 @@ for RootDiag. Pure functions over :class:`~processors.core.tree_events.TreeEvent
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from processors.core.tree_events import DecisionTreeConfig, TreeEvent, names_peer
+from processors.core.tree_events import DecisionTreeConfig, TreeEvent, names_peer, via_store
 from schemas.records import Diagnosis
 
 # host -> the whole seconds of its recent watchdog timeout lines, ascending
@@ -71,18 +71,33 @@ def absorbed(ev: TreeEvent, inc: dict[str, Any] | None, watchdogs: Watchdogs,
             and (touches(ev, inc, host_of) or torn_down(ev, watchdogs, teardown_s, host_of)))
 
 
+def last_joined(events: Sequence[TreeEvent]) -> float | None:
+    """The newest of the reporters' first distributed symptoms (store and rendezvous lines
+    aside, as RootDiag counts reporters): when the burst's last reporter joined it."""
+    first: dict[str, float] = {}
+    for e in events:
+        if e.cat == "distributed_symptom" and not via_store(e):
+            first[e.host] = min(first.get(e.host, e.ts), e.ts)
+    return max(first.values()) if first else None
+
+
 def hold_until(d: Diagnosis, start: float, cfg: DecisionTreeConfig, members: int,
-               dark_due: float | None) -> float | None:
+               dark_due: float | None, events: Sequence[TreeEvent] = ()) -> float | None:
     """When a verdict waits for more evidence: OfflineDiag, the last resort, until Phase 2
     had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
-    on errors between 2 hosts (isolate both, or the end with a fault of its own) and the
-    silent-host verdict (a peer that has not reported *yet* is not silent) until
-    ``pair_settle_s``; any verdict on failed connections to a host whose agent missed its
-    beat until that host is dark or beats again (``dark_due``, :mod:`tree_liveness`)."""
+    on errors between 2 hosts (isolate both, or the end with a fault of its own) until
+    ``pair_settle_s``, and the silent-host verdict until ``pair_settle_s`` after the last
+    reporter of ``events`` joined (:func:`last_joined`): a peer that has not reported *yet* is not silent, also
+    when one reporter's lines came early (a clock stepped back, a shorter timeout); any
+    verdict on failed connections to a host whose agent missed its beat until that host is
+    dark or beats again (``dark_due``, :mod:`tree_liveness`)."""
     holds = [] if dark_due is None else [dark_due]
+    path = [str(p) for p in d.evidence.get("path", ())]
     if d.evidence.get("rule") == "offline_diag":
         holds.append(start + cfg.settle_s + cfg.offline_wait_s)
-    elif members > 2 and any(str(p).startswith(("DistError:2hosts", "RootDiag:silent_host"))
-                             for p in d.evidence.get("path", ())):
+    elif members > 2 and any(p.startswith(("DistError:2hosts", "RootDiag:silent_host")) for p in path):
         holds.append(start + max(cfg.settle_s, cfg.pair_settle_s))
+        joined = last_joined(events) if "RootDiag:silent_host" in path else None
+        if joined is not None:
+            holds.append(joined + cfg.pair_settle_s)
     return max(holds) if holds else None

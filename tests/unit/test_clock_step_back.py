@@ -44,9 +44,19 @@ def test_a_host_stepped_back_a_minute_is_not_isolated_during_another_hosts_fault
     targets = [c.target for c in eng.sink.commands if c.action != "restart_job"]
     assert any(t.startswith(tuple(culprit)) for t in targets)  # still found
     assert not any(STEPPED in t for t in targets)
-    # (not yet: its log lines, 60 s early, can still make the tree's silent_host name
-    # another healthy host in compute_hang; docs/decisions.md)
     assert not any(STEPPED in d.culprits.hosts for d in eng.sink.diagnoses)
+
+
+@pytest.mark.parametrize("step", [-60.0, -20.0, 60.0])
+def test_a_stepped_hosts_early_or_late_lines_do_not_make_a_healthy_host_silent(step: float) -> None:
+    """Its watchdog lines reach the tree a minute apart from its peers'. Before, RootDiag's
+    silent_host was judged pair_settle_s after the first of them, while the peers were
+    still reporting, and isolated h0012, the healthy host that reported last."""
+    sim, eng = run_stepped("compute_hang", step)
+    [culprit] = sim.truth[0]["culprit"]["hosts"]
+    isolated = {c.target for c in eng.sink.commands if c.action.startswith("isolate")}
+    assert isolated == {culprit}
+    assert all(set(d.culprits.hosts) <= {culprit} for d in eng.sink.diagnoses)
 
 
 def test_a_healthy_job_with_a_stepped_host_gives_no_diagnosis() -> None:

@@ -211,3 +211,33 @@ def test_one_hosts_version_mismatch_is_not_systemic_without_an_inventory() -> No
     recs = [rec(100.0 + h, f"h0{h}", "heartbeat", "agent") for h in range(6)]
     (d,) = run(tree, [*recs, rec(120.0, "h03", NVML_MISMATCH)], until=200.0)
     assert d.kind == "config" and d.evidence["actions"] == [] and not d.evidence["systemic"]
+
+
+@pytest.mark.parametrize("step", [-60.0, 60.0])
+def test_a_reporter_a_minute_off_does_not_make_the_last_reporter_silent(step: float) -> None:
+    """h03's clock is a minute off: its watchdog line arrives with its peers' but stamped
+    ``step`` s away. The silent-host verdict waits pair_settle_s after the last reporter
+    joined, not after the first line; judged 15 s after h03's early line, while h05's line
+    was still on its way, h05 was isolated."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    arrivals = [(240.0, "h00"), (240.1, "h01"), (240.3, "h02"), (240.4, "h04"),
+                (240.2 + step, "h03"), (240.6, "h05")]
+    out = []
+    for ts, host in arrivals:
+        out += tree.observe(rec(ts, host, watchdog(8 * int(host[-1])))).diagnoses
+    out += tree.advance(240.6 + step + 400.0).diagnoses
+    assert not any(a[0].startswith("isolate") for d in out for a in d.evidence["actions"])
+
+
+def test_the_silent_host_is_still_named_after_the_last_reporter_settles() -> None:
+    """Reporters joining over 12 s: h05, silent throughout, is named pair_settle_s after the
+    last of them, and not before."""
+    tree = DecisionTree(JOB, inventory=inventory(6))
+    out = []
+    for h in range(5):
+        out += tree.observe(rec(120.0 + 3.0 * h, f"h0{h}", watchdog(8 * h))).diagnoses
+    assert out == [] and tree.advance(146.9).diagnoses == []
+    (d,) = tree.advance(147.0).diagnoses
+    assert d.evidence["path"][-1] == "RootDiag:silent_host" and d.culprits.hosts == ("h05",)
+    assert d.detected_ts == 147.0
+
