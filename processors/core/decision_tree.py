@@ -41,6 +41,7 @@ from processors.core.tree_contained import app_ecc_follows_xid, contained_xids, 
 from processors.core.tree_events import (
     HOST_SIDE,
     HOST_WIDE,
+    PEER_DOWN_RULES,
     UPDATE_RULES,
     DecisionTreeConfig,
     TreeEvent,
@@ -303,6 +304,8 @@ class DecisionTree:
                              {e.host for e in dist if not via_store(e)}, self.cfg.root_min_share)
             if centre is not None:
                 host, gpu, why = centre
+                if any(e.rule in PEER_DOWN_RULES and self.peers.host_of(e)[0] == host for e in dist):
+                    gpu = None  # the scheduler (or runtime) lost the whole node
                 path.append(f"RootDiag:{why}")
                 target = ["isolate_gpu", gpu_id(host, gpu)] if gpu is not None else ["isolate_host", host]
                 key = [e for e in dist if e.host == host or self.peers.host_of(e)[0] == host] or dist

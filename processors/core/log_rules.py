@@ -88,8 +88,9 @@ def nvrm(line: str) -> Hit | None:
         # NVML cannot reach a GPU: one that fell off, or a container that lost its device nodes
         # (nvidia-container-cli's detection error, NVIDIA/nvidia-docker#1671)
         return Hit("critical_gpu", "degraded", "gpu_handle_unavailable")
-    if "GPU is lost" in line:  # NVML's verdict as other clients print it (kubelet, plugins,
-        m = _BUS.search(line, 0, SCAN_CHARS)  # the agent's notice, which names the bus)
+    if "GPU is lost" in line or "ERROR_GPU_IS_LOST" in line:  # NVML's verdict as other clients
+        # print it (kubelet, plugins, gpud's go-nvml spelling; the agent's notice names the bus)
+        m = _BUS.search(line, 0, SCAN_CHARS)
         return Hit("critical_gpu", "fatal", "gpu_lost", pci=m.group(1) if m else None)
     if "SXid" in line:  # NVSwitch errors; the line says Fatal / Non-fatal itself
         m = _SXID.search(line, 0, SCAN_CHARS)
@@ -122,6 +123,8 @@ def nvrm(line: str) -> Hit | None:
         return Hit("critical_gpu", "degraded", "nvrm_gfw_boot_timeout", pci=m.group(1) if m else None)
     if "Memory Subsystem Error" in line:
         return Hit("critical_gpu", "degraded", "nvrm_mem_subsystem_error")
+    if "RC watchdog" in line and "locked" in line:  # a channel stopped making progress (XID 8
+        return Hit("critical_gpu", "degraded", "nvrm_rc_watchdog")  # when it is logged)
     low = line.lower()
     if "nvlink" in low and ("fail" in low or "error" in low or "fatal" in low):
         sev = "fatal" if "fatal" in low else "degraded"

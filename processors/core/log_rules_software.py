@@ -17,7 +17,9 @@ def termination(line: str) -> Hit | None:
     (time limit, preemption, scancel; not ``NODE FAILURE``), ``srun: Force Terminated``, and
     torchrun's agent receiving SIGHUP/SIGINT/SIGTERM (``Received 15 death signal, shutting
     down workers``; its ``Sending process … closing signal`` follows a worker's own failure
-    too, so it does not count). The connection errors of the shutdown are not a fault."""
+    too, so it does not count). The connection errors of the shutdown are not a fault. The
+    scheduler losing a node of the job (srun's ``Node failure on X``, Flux's ``node failure
+    on X``) is: a distributed symptom whose peer is that node (``slurm_node_failure``)."""
     if "death signal" in line:
         if "shutting down workers" in line:
             return Hit("other", "info", "job_terminated")
@@ -26,7 +28,15 @@ def termination(line: str) -> Hit | None:
         return Hit("other", "info", "job_terminated")
     if "Force Terminated" in line and "srun" in line:
         return Hit("other", "info", "job_terminated")
+    if "ode failure on " in line:  # srun/salloc's "error: Node failure on X", Flux's
+        m = _NODE_FAILURE.search(line, 0, 4096)  # "node failure on X (shell rank N)"
+        if m:
+            return Hit("distributed_symptom", "fatal", "slurm_node_failure", peer=m.group(1))
     return None
+
+
+_NODE_FAILURE = re.compile(r"(?:(?:srun|salloc|sbatch): error: Node|node-failure +node) failure on "
+                           r"([A-Za-z0-9][\w.-]{0,62})")
 
 
 # ---- PyTorch ProcessGroupNCCL, NCCL, sockets -----------------------------------------------
@@ -110,7 +120,7 @@ _CONFIG_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (  # any of -> sev
     # the host's limits, not the network: /dev/shm full or too small, memlock too low
     (("shared memory segment", "failed to extend /dev/shm", "posix_fallocate"), "fatal",
      "nccl_shm_unavailable"),
-    (("ibv_reg_mr",), "fatal", "nccl_ib_memory_registration"),
+    (("ibv_reg_mr", "Unable to register memory"), "fatal", "nccl_ib_memory_registration"),
     (("no algorithm/protocol available", "Unable to load NCCL library"), "fatal",
      "nccl_setup_failed"),
 )
@@ -291,6 +301,11 @@ def cuda(line: str) -> Hit | None:
         return Hit("cuda_app_error", "fatal", "cuda_device_assert")
     if "uncorrectable ECC error" in line:
         return Hit("critical_gpu", "fatal", "cuda_ecc_uncorrectable")
+    if "Invalid access of peer GPU memory over nvlink or a hardware error" in line \
+            or "CUDA_ERROR_CONTAINED" in line or "cudaErrorContained" in line:
+        # the GPU's error containment stopped the process (the app's view of a contained XID,
+        # such as 94): hardware, not the job's bug; it follows that XID's policy as ECC does
+        return Hit("critical_gpu", "fatal", "cuda_error_contained")
     if ("out of memory" in line or "OutOfMemoryError" in line) and (
             "OutOfMemoryError" in line or "CUDA out of memory" in line or "rror: out of memory" in line
             or "rror (2): out of memory" in line):  # not vLLM's "if you are running out of memory"

@@ -23,7 +23,9 @@ from processors.core.tree_events import HOST_SIDE, TreeEvent
 
 # NVIDIA: XID 48 double-bit ECC, 94 contained and 95 uncontained uncorrectable ECC
 ECC_XIDS = frozenset((48, 94, 95))
-APP_ECC_RULES = frozenset(("cuda_ecc_uncorrectable",))
+# the application's words for them: an ECC error, or CUDA's contained error (error 910,
+# "Invalid access of peer GPU memory over nvlink or a hardware error")
+APP_ECC_RULES = frozenset(("cuda_ecc_uncorrectable", "cuda_error_contained"))
 _RANK = {"info": 0, "degraded": 1, "fatal": 2}
 
 

@@ -18,6 +18,9 @@ HOST_SIDE = frozenset(("critical_gpu", "nvlink", "pcie", "nic_or_link", "host_hw
 # distributed symptoms that are the reporting host's own HCA event (IBV_EVENT_PORT_ERR, a
 # work queue error): evidence against that end of a link, not a lost connection
 LOCAL_HCA_RULES = frozenset(("nccl_ib_async_event",))
+# a scheduler or runtime saying the *peer* it names is down (Slurm's "Node failure on X",
+# Ray's "marked dead"): the reporter only lost that node, the named end is at fault
+PEER_DOWN_RULES = frozenset(("slurm_node_failure", "ray_node_dead"))
 # failed connections whose cause is the reporting host's configuration (IB completion error 4,
 # local protection: ACS or the IOMMU in GPUDirect RDMA's way): ConfigCheck's evidence
 LOCAL_CONFIG_RULES = frozenset(("nccl_ib_local_protection_error",))

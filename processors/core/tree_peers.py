@@ -13,6 +13,7 @@ from processors.core.root_diag import Edge
 from processors.core.tree_events import (
     HOST_SIDE,
     LOCAL_HCA_RULES,
+    PEER_DOWN_RULES,
     DecisionTreeConfig,
     TreeEvent,
     is_config,
@@ -152,7 +153,12 @@ def one_end_at_fault(events: Sequence[TreeEvent], ends: Sequence[str]) -> tuple[
     peers reports before the rest: ("host" or "config", that end), else None. An async event
     of the end's own HCA (NCCL's ``Got async event : port error``) is such a fault: its port
     went down, and the other end only lost the link to it (lit-llama#380). When both ends
-    have a configuration error and nothing else, the pair is ConfigCheck's too."""
+    have a configuration error and nothing else, the pair is ConfigCheck's too. When one
+    end's scheduler or runtime says the other is down (``PEER_DOWN_RULES``), the other end
+    is the root ("host")."""
+    saying = [h for h in ends if any(e.host == h and e.rule in PEER_DOWN_RULES for e in events)]
+    if len(saying) == 1:
+        return "host", ends[1] if saying[0] == ends[0] else ends[0]
     kinds = [{"host" if e.cat in HOST_SIDE or e.rule in LOCAL_HCA_RULES else "config"
               for e in events if e.host == h and e.sev != "info"
               and (e.cat in HOST_SIDE or e.rule in LOCAL_HCA_RULES or is_config(e))}

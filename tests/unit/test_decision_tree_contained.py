@@ -74,3 +74,18 @@ def test_an_xid_after_the_first_distributed_symptom_is_not_its_cause() -> None:
     recs.append(rec(20.0, "h01", XID8, "kernel"))  # the hang's consequence, if anything
     diags = run(DecisionTree(JOB, inventory=inventory(4)), recs, until=400.0)
     assert diags and all(d.evidence["rule"] != "restart_app" for d in diags)
+
+
+CONTAINED = ("[rank5]: RuntimeError: CUDA error: Invalid access of peer GPU memory over nvlink or "
+             "a hardware error")  # ultralytics/ultralytics#24536
+
+
+def test_cudas_contained_error_follows_the_hosts_xid94_like_the_ecc_line() -> None:
+    """CUDA's contained error is the application's view of Xid 94: with the XID made
+    non-fatal, the job restarts and nothing is isolated; by default the host goes. Before,
+    it was the job's own bug (AppError), whatever the driver said."""
+    recs = [r if r.line != APP_ECC else rec(r.ts, r.host, CONTAINED) for r in crash(XID94)]
+    (d,) = run(DecisionTree(JOB, inventory=inventory(4), policy=NVIDIA_94), recs, until=200.0)
+    assert d.evidence["rule"] == "restart_app" and d.evidence["actions"] == [["restart_job", JOB]]
+    (d,) = run(DecisionTree(JOB, inventory=inventory(4)), recs[1:], until=200.0)  # no XID
+    assert d.kind == "critical_error" and ["isolate_host", "h01"] in d.evidence["actions"]

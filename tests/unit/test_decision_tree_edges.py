@@ -241,3 +241,17 @@ def test_the_silent_host_is_still_named_after_the_last_reporter_settles() -> Non
     assert d.evidence["path"][-1] == "RootDiag:silent_host" and d.culprits.hosts == ("h05",)
     assert d.detected_ts == 147.0
 
+
+@pytest.mark.parametrize("line", ["srun: error: Node failure on h01",
+                                  "The node with node id: 4f2a and address: 10.0.0.2 and node name: "
+                                  "10.0.0.2 has been marked dead because the detector has missed "
+                                  "too many heartbeats from it."])
+def test_a_two_host_job_whose_scheduler_lost_the_other_node_isolates_only_that_node(line: str) -> None:
+    """Errors between 2 hosts isolate both (Aegis Alg. 1), but srun (or Ray's head) on h00
+    says h01 is down: h00 only lost it."""
+    tree = DecisionTree(JOB, inventory=inventory(2))
+    recs = [rec(100.0, "h00", reset(ip(1))), rec(100.5, "h00", line.replace("10.0.0.2", ip(1)))]
+    (d,) = run(tree, recs, until=300.0)
+    assert d.culprits.hosts == ("h01",)
+    assert [a for a in d.evidence["actions"] if a[0].startswith("isolate")] == [["isolate_host", "h01"]]
+    assert d.evidence["path"][-2:] == ["DistError:2hosts:host_evidence", "RootDiag:host_evidence"]

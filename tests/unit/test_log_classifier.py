@@ -205,6 +205,22 @@ def test_gloo_and_c10d_failures_are_distributed_symptoms(line: str, rule: str, s
     ("Fatal Python error: Segmentation fault", ("other", "info", "unmatched", None, None)),
     ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
      ("other", "info", "unmatched", None, None)),
+    # audit 10: the scheduler losing a node, CUDA's contained error, GPU stack wordings
+    ("srun: error: Node failure on hpcsmall-debug-ghpc-0",
+     ("distributed_symptom", "fatal", "slurm_node_failure", "hpcsmall-debug-ghpc-0", None)),
+    ("fdFmCpYwQZ5  node-failure              node failure on elcap8767 (shell rank 1127)",
+     ("distributed_symptom", "fatal", "slurm_node_failure", "elcap8767", None)),
+    ("srun: error: Nodes hpcsmall-debug-ghpc-[0-2] are still not ready",  # start-up, no loss
+     ("other", "info", "unmatched", None, None)),
+    ("[rank5]: RuntimeError: CUDA error: Invalid access of peer GPU memory over nvlink or a "
+     "hardware error", ("critical_gpu", "fatal", "cuda_error_contained", None, None)),
+    ("18:24:34  NVRM: krcWatchdog_IMPL: RC watchdog: GPU is probably locked!",
+     ("critical_gpu", "degraded", "nvrm_rc_watchdog", None, None)),
+    ("failed to get remapped rows for GPU-ac896b35-5782-c478-4b2a-a661de07770f: failed to get "
+     "device remapped rows: ERROR_GPU_IS_LOST", ("critical_gpu", "fatal", "gpu_lost", None, None)),
+    ("ip-10-0-87-143:149:298 [5] register_mr_buffers:465 NCCL WARN NET/OFI Unable to register "
+     "memory (type = 1) for device 0. RC: 12, Error: Cannot allocate memory",
+     ("config", "fatal", "nccl_ib_memory_registration", None, None)),
 ])
 def test_other_runtimes_fields(line: str, want: tuple) -> None:
     e = classify(line)
