@@ -10,8 +10,11 @@ import re
 
 from processors.core.log_rules import Hit, nic_device
 
-
 # ---- the job stopped from outside ---------------------------------------------------------
+_NODE_FAILURE = re.compile(r"(?:(?:srun|salloc|sbatch): error: Node|node-failure +node) failure on "
+                           r"([A-Za-z0-9][\w.-]{0,62})")
+
+
 def termination(line: str) -> Hit | None:
     """The scheduler or an operator stopped the job: Slurm's ``*** JOB … CANCELLED AT …``
     (time limit, preemption, scancel; not ``NODE FAILURE``), ``srun: Force Terminated``, and
@@ -33,10 +36,6 @@ def termination(line: str) -> Hit | None:
         if m:
             return Hit("distributed_symptom", "fatal", "slurm_node_failure", peer=m.group(1))
     return None
-
-
-_NODE_FAILURE = re.compile(r"(?:(?:srun|salloc|sbatch): error: Node|node-failure +node) failure on "
-                           r"([A-Za-z0-9][\w.-]{0,62})")
 
 
 # ---- PyTorch ProcessGroupNCCL, NCCL, sockets -----------------------------------------------

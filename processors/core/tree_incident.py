@@ -87,10 +87,10 @@ def hold_until(d: Diagnosis, start: float, cfg: DecisionTreeConfig, members: int
     had ``offline_wait_s`` to name a culprit; in a job of more than 2 hosts, any verdict
     on errors between 2 hosts (isolate both, or the end with a fault of its own) until
     ``pair_settle_s``, and the silent-host verdict until ``pair_settle_s`` after the last
-    reporter of ``events`` joined (:func:`last_joined`): a peer that has not reported *yet* is not silent, also
-    when one reporter's lines came early (a clock stepped back, a shorter timeout); any
-    verdict on failed connections to a host whose agent missed its beat until that host is
-    dark or beats again (``dark_due``, :mod:`tree_liveness`)."""
+    reporter of ``events`` joined (:func:`last_joined`): a peer that has not reported *yet*
+    is not silent, also when one reporter's lines came early (a clock stepped back, a
+    shorter timeout); any verdict on failed connections to a host whose agent missed its
+    beat until that host is dark or beats again (``dark_due``, :mod:`tree_liveness`)."""
     holds = [] if dark_due is None else [dark_due]
     path = [str(p) for p in d.evidence.get("path", ())]
     if d.evidence.get("rule") == "offline_diag":
