@@ -2,8 +2,9 @@
 
 Each line is classified (:mod:`processors.core.log_classifier`). A *trigger* (a host-side
 fatal event, a fatal distributed symptom, a fatal config error, a fatal CUDA app error) opens
-a burst; the burst is judged once the watermark passes ``first trigger + settle_s``, so the
-host that crashed first is not confused with the host that reported first. The path:
+a burst; the burst is judged once the watermark passes ``first trigger + settle_s`` (for a
+trigger that came behind it, :mod:`processors.core.tree_clock`), so the host that crashed
+first is not confused with the host that reported first. The path:
 
     CriticalError  host-side fatal event (XID 48/79/94/95, NVLink, PCIe lanes, NIC firmware,
                    uncorrectable host memory, machine checks):
@@ -37,6 +38,7 @@ from processors.core import tree_state
 from processors.core.base import Outputs, Rejection, gpu_id, make_diagnosis, restart_actions
 from processors.core.log_classifier import classify
 from processors.core.root_diag import Edge, root_of
+from processors.core.tree_clock import BurstClock
 from processors.core.tree_contained import app_ecc_follows_xid, contained_xids, restart_summary
 from processors.core.tree_events import (
     HOST_SIDE,
@@ -87,6 +89,7 @@ class DecisionTree:
         self.peers = JobPeers(job, inventory, self.seen_hosts)
         self.liveness = Liveness()  # agents' heartbeats: which hosts went dark
         self._dark_due: float | None = None  # set by _judge: a failed peer missed its beat
+        self.clock = BurstClock()  # a burst whose trigger came late is judged by its stream
 
     # ---- contract ------------------------------------------------------------------------
     def observe(self, record: LogRecord) -> Outputs:
@@ -101,6 +104,7 @@ class DecisionTree:
         if self.watermark and ts < self.watermark - self.cfg.max_lateness_s:
             out.rejections.append(self._reject(record, "late", f"ts={ts} watermark={self.watermark}"))
             return out
+        self.clock.note(ts, self.watermark)
         out.extend(self.advance(ts))
         if len(self.seen_hosts) < 65536:
             self.seen_hosts.add(record.host)
@@ -128,13 +132,15 @@ class DecisionTree:
                                                   self.incident.get("absorb_until", 0.0)):
             self.incident = None
         start = self._burst_start()
-        if start is not None and self.watermark >= start + self.cfg.settle_s:
+        clock = self.clock.now(self.watermark)
+        if start is not None and clock >= start + self.cfg.settle_s:
             inc = self.incident
             if inc is not None and all(self._absorbed(e) for e in self.burst):
                 inc["attached"] += len(self.burst)  # the found incident's teardown
                 self.burst, self.offline_at = [], None
+                self.clock.close()
                 return out
-            if self.offline_at is not None and self.watermark < self.offline_at:
+            if self.offline_at is not None and clock < self.offline_at:
                 return out  # held: for Phase 2, for the rest of a pair's peers, for a new trigger
             at = self.offline_at if self.offline_at is not None else start + self.cfg.settle_s
             d = self._judge(self.burst, at)
@@ -144,7 +150,7 @@ class DecisionTree:
                 if hold is None or at >= hold:
                     break
                 self.offline_at = at = hold
-                if self.watermark < hold:
+                if clock < hold:
                     return out
                 d = self._judge(self.burst, hold)
             self.offline_at = None
@@ -156,6 +162,7 @@ class DecisionTree:
             self.incident = {"until": last + self.cfg.quiet_s, "hosts": hosts, "attached": 0,
                              "absorb_until": absorb, "culprits": culprits}
             self.burst = []
+            self.clock.close()
             out.diagnoses.append(d)
         return out
 
@@ -165,6 +172,7 @@ class DecisionTree:
         start = self._burst_start()
         if start is None:
             return Outputs()
+        self.clock.close()  # no more lines: the burst's own stream has ended too
         out = self.advance(start + self.cfg.settle_s)
         if self.offline_at is not None:
             out.extend(self.advance(self.offline_at))
@@ -203,6 +211,7 @@ class DecisionTree:
             if not self.burst:
                 self.burst = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s]
                 self.recent = []
+                self.clock.open(ev.ts, self.watermark, self.cfg.settle_s)
             if len(self.burst) < self.cfg.max_burst_events:
                 self.burst.append(ev)
             if trigger and self.offline_at is not None:  # a finding while a burst is held:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
+from processors.core.tree_clock import BurstClock
 from processors.core.tree_events import TreeEvent
 from processors.core.tree_liveness import Liveness
 from schemas.errors import ConfigError
@@ -26,7 +27,7 @@ def to_wire(t: DecisionTree) -> dict[str, Any]:
             "seen_hosts": sorted(t.seen_hosts), "terminated": t.terminated,
             "offline_at": t.offline_at,
             "watchdogs": {h: list(w) for h, w in t.watchdogs.items()},
-            "liveness": t.liveness.snapshot()}
+            "liveness": t.liveness.snapshot(), "burst_clock": t.clock.snapshot()}
 
 
 def load(t: DecisionTree, state: Mapping[str, Any], job: str) -> None:
@@ -47,5 +48,6 @@ def load(t: DecisionTree, state: Mapping[str, Any], job: str) -> None:
     t.offline_at = float(off) if off is not None else None
     t.watchdogs = {str(h): [float(x) for x in w] for h, w in state.get("watchdogs", {}).items()}
     t.liveness = Liveness.restore(state.get("liveness"))
+    t.clock = BurstClock.restore(state.get("burst_clock"))
     term = state.get("terminated")
     t.terminated = [float(term[0]), float(term[1])] if term else None
