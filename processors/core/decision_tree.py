@@ -212,6 +212,8 @@ class DecisionTree:
                 self.burst = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s]
                 self.recent = []
                 self.clock.open(ev.ts, self.watermark, self.cfg.settle_s)
+            elif trigger:
+                self.clock.join(ev.ts, self.watermark, self.cfg.settle_s)
             if len(self.burst) < self.cfg.max_burst_events:
                 self.burst.append(ev)
             if trigger and self.offline_at is not None:  # a finding while a burst is held:

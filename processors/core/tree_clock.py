@@ -30,11 +30,16 @@ class BurstClock:
     def open(self, trigger_ts: float, watermark: float, settle_s: float) -> None:
         """A new burst's first trigger at ``trigger_ts``: late if the watermark was already
         past its settle time."""
+        self.close()
+        self.join(trigger_ts, watermark, settle_s)
+
+    def join(self, trigger_ts: float, watermark: float, settle_s: float) -> None:
+        """A later trigger of the burst: one further behind the watermark (a host stepped
+        ahead opened the burst, the others' lines came after it) makes the burst late by
+        its lead."""
         lead = watermark - trigger_ts
-        if lead >= settle_s > 0:
+        if lead >= settle_s > 0 and (self.lead is None or lead > self.lead):
             self.lead, self.behind = lead, trigger_ts
-        else:
-            self.close()
 
     def note(self, ts: float, watermark: float) -> None:
         """A line at ``ts``, before it moves the watermark: it belongs to the late trigger's

@@ -8,7 +8,17 @@ from __future__ import annotations
 from processors.core.decision_tree import DecisionTree
 from processors.core.tree_clock import BurstClock
 from schemas.records import LogRecord
-from tests.unit.test_decision_tree import JOB, TRAINING, inventory, rec, watchdog, xid48
+from tests.unit.test_decision_tree import (
+    JOB,
+    TRAINING,
+    closed,
+    inventory,
+    ip,
+    rec,
+    reset,
+    watchdog,
+    xid48,
+)
 from tests.unit.test_decision_tree_contained import APP_ECC
 
 
@@ -99,3 +109,14 @@ def test_peers_timeouts_behind_a_skewed_host_join_the_burst() -> None:
     recs = [rec(160.0, "h00", TRAINING)] + [rec(100.0 + h, f"h{h:02d}", watchdog(h * 8)) for h in (1, 2)]
     assert feed(tree, recs) == []
     assert tree.clock.lead == 59.0
+
+
+def test_a_burst_opened_by_a_host_ahead_waits_for_the_others_behind_it() -> None:
+    """h00 runs 60 s ahead: its connection error to h01 opens the burst in time, then the
+    others' errors arrive 60 s behind it. Before, the burst was judged on the first of them."""
+    tree = DecisionTree(JOB, inventory=inventory(4))
+    recs = [rec(160.0, "h00", reset(ip(1))), rec(100.5, "h02", reset(ip(1))),
+            rec(100.6, "h03", reset(ip(1))), rec(101.0, "h01", closed(ip(2))),
+            rec(106.0, "h02", TRAINING), rec(116.0, "h02", TRAINING)]
+    (d,) = feed(tree, recs)
+    assert {ln["host"] for ln in d.evidence["lines"]} == {"h00", "h01", "h02", "h03"}
