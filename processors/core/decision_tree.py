@@ -211,8 +211,7 @@ class DecisionTree:
             if not self.burst:
                 self.burst = [e for e in self.recent if e.ts >= ev.ts - self.cfg.lookback_s]
                 self.recent = []
-                self.clock.open(ev.ts, self.watermark, self.cfg.settle_s)
-            elif trigger:
+            if trigger:  # the clock is closed whenever the burst is empty
                 self.clock.join(ev.ts, self.watermark, self.cfg.settle_s)
             if len(self.burst) < self.cfg.max_burst_events:
                 self.burst.append(ev)

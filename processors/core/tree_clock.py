@@ -21,22 +21,16 @@ from typing import Any
 
 
 class BurstClock:
-    """``open`` when a burst starts, ``note`` every line, ``now`` to judge, ``close`` after."""
+    """``join`` each trigger, ``note`` every line, ``now`` to judge, ``close`` after."""
 
     def __init__(self) -> None:
         self.lead: float | None = None  # how far the watermark was ahead of a late trigger
         self.behind = 0.0  # the newest line since then from the trigger's own stream
 
-    def open(self, trigger_ts: float, watermark: float, settle_s: float) -> None:
-        """A new burst's first trigger at ``trigger_ts``: late if the watermark was already
-        past its settle time."""
-        self.close()
-        self.join(trigger_ts, watermark, settle_s)
-
     def join(self, trigger_ts: float, watermark: float, settle_s: float) -> None:
-        """A later trigger of the burst: one further behind the watermark (a host stepped
-        ahead opened the burst, the others' lines came after it) makes the burst late by
-        its lead."""
+        """A trigger of the burst at ``trigger_ts``: late if the watermark was already past
+        its settle time, and later still if it is further behind than the burst's first (a
+        host stepped ahead opened the burst, the others' lines came after it)."""
         lead = watermark - trigger_ts
         if lead >= settle_s > 0 and (self.lead is None or lead > self.lead):
             self.lead, self.behind = lead, trigger_ts

@@ -90,9 +90,9 @@ def test_a_state_without_the_key_reads_as_in_time() -> None:
 
 def test_a_trigger_in_time_is_judged_by_the_watermark() -> None:
     c = BurstClock()
-    c.open(100.0, 102.0, 5.0)  # 2 s of interleaving: not late
+    c.join(100.0, 102.0, 5.0)  # 2 s of interleaving: not late
     assert c.lead is None and c.now(104.0) == 104.0
-    c.open(100.0, 160.0, 5.0)
+    c.join(100.0, 160.0, 5.0)
     c.note(170.0, 160.0)  # the stream ahead: not the trigger's
     c.note(103.0, 160.0)
     assert c.now(170.0) == 110.0 and c.snapshot() == [60.0, 103.0]
